@@ -1,0 +1,73 @@
+# mcp-rl: every command a user or CI needs. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Every package of the repo, installed editable. Service folders join as they appear.
+PACKAGES := $(patsubst %/pyproject.toml,%,$(wildcard common/pyproject.toml */pyproject.toml examples/*/pyproject.toml))
+PACKAGES := $(filter-out pyproject.toml,$(sort $(PACKAGES)))
+# torch is pinned apart from the lock: the CPU build here, a CUDA build in GPU images.
+TORCH_PIN ?= torch==2.13.0
+STAMP := $(VENV)/.setup-stamp
+MODELS := models
+PYTEST_ARGS ?=
+
+export PYTHONUNBUFFERED := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+
+.PHONY: help setup test lint fmt demo bench serve-mcp serve-inference serve-scenario-gen \
+	serve-judge tiny-model warm-start stack up down clean
+
+help:  ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
+
+$(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(PACKAGES))
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt "$(TORCH_PIN)" \
+		-r requirements-dev.txt $(addprefix -e ,$(PACKAGES))
+	$(PY) -c "import torch, mcprl_common"
+	@touch $@
+
+setup: $(STAMP)  ## create .venv and install every package editable with pinned deps
+
+lint: setup  ## ruff
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check . || true
+
+fmt: setup  ## ruff autofix + format
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: setup tiny-model  ## lint, then the whole test suite (unit + integration on loopback)
+	$(BIN)/ruff check .
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: setup  ## benchmarks (print JSON)
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+demo: setup  ## the whole loop on this machine (see README)
+	$(PY) -m mcprl_demo
+
+serve-mcp: setup  ## the company-db MCP server in the foreground (MCP_PORT, default 8903)
+	$(BIN)/mcprl-mcp-server
+
+serve-inference: setup  ## the inference engine (INFERENCE_PORT, default 8000)
+	$(BIN)/mcprl-inference
+
+serve-scenario-gen: setup  ## scenario-gen (SCENARIO_GEN_PORT, default 8910)
+	$(BIN)/mcprl-scenario-gen serve
+
+serve-judge: setup  ## the judge (JUDGE_PORT, default 8920)
+	$(BIN)/mcprl-judge
+
+tiny-model: setup  ## build the tiny test/learn models under models/ (deterministic, offline)
+	@if [ -f inference/pyproject.toml ]; then $(PY) -m mcprl_inference.tiny_model --out $(MODELS); fi
+
+clean:  ## remove the venv, caches and generated models
+	rm -rf $(VENV) $(MODELS) .pytest_cache .ruff_cache .hypothesis

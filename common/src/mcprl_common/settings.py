@@ -1,0 +1,57 @@
+"""Settings base classes shared by every service.
+
+Each service defines one ``Settings`` class with its own env prefix (``MCP_``,
+``INFERENCE_``, ``JUDGE_``, ...) that inherits the fields below, so host, port and
+logging are configured the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    """Fields every HTTP service has. Subclasses set ``env_prefix`` and the default port."""
+
+    model_config = SettingsConfigDict(extra="ignore", env_file=None, populate_by_name=True)
+
+    host: str = Field("127.0.0.1", description="Interface to bind; 0.0.0.0 inside a container.")
+    port: int = Field(0, ge=0, le=65535, description="TCP port to listen on.")
+    log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    log_json: bool = Field(True, description="Write logs as JSON lines (false: plain text).")
+    graceful_shutdown_s: float = Field(
+        10.0, ge=0, description="Seconds in-flight requests get to finish on SIGTERM."
+    )
+
+
+class UpstreamSettings(BaseSettings):
+    """An OpenAI-compatible upstream (OpenRouter, vLLM, our engine).
+
+    Used with different prefixes: ``JUDGE_`` for the judge, ``GENERATOR_`` for
+    scenario-gen and ``POLICY_`` for the trainer's rollout engine.
+    """
+
+    model_config = SettingsConfigDict(extra="ignore", env_file=None, populate_by_name=True)
+
+    base_url: str = Field(
+        "http://127.0.0.1:8000/v1", description="Base URL of the OpenAI-compatible API."
+    )
+    model: str = Field("Qwen/Qwen2.5-3B-Instruct", description="Model name sent upstream.")
+    api_key: SecretStr = Field(
+        SecretStr("EMPTY"), description="API key; never logged. 'EMPTY' for local engines."
+    )
+    timeout_s: float = Field(120.0, gt=0, description="Timeout of one upstream request.")
+    max_retries: int = Field(3, ge=0, description="Retries on 429/5xx and connection errors.")
+    max_concurrency: int = Field(8, ge=1, description="Upstream requests in flight at most.")
+
+
+def upstream_settings(prefix: str, **overrides: object) -> UpstreamSettings:
+    """Read an :class:`UpstreamSettings` from the environment under ``prefix`` (e.g. ``JUDGE_``)."""
+
+    cls = type(
+        f"{prefix.strip('_').title()}UpstreamSettings",
+        (UpstreamSettings,),
+        {"model_config": SettingsConfigDict(env_prefix=prefix, extra="ignore")},
+    )
+    return cls(**overrides)
