@@ -1,0 +1,1 @@
+"""OpenAI-compatible rollout engine (vLLM API subset) and the tiny models."""
