@@ -27,6 +27,9 @@ class RewardConfig(BaseModel):
     malformed_tool_call_penalty: float = Field(0.1, ge=0, description="Per malformed call.")
     turn_limit_penalty: float = Field(0.1, ge=0, description="When max_turns was reached.")
     no_answer_penalty: float = Field(0.0, ge=0, description="When complete_task was never called.")
+    partial_credit: bool = Field(
+        False, description="Use the ground-truth check's partial credit (e.g. F1 of a set "
+        "answer) instead of its 0/1 verdict as the verifiable reward.")
 
     @model_validator(mode="after")
     def _weights(self) -> RewardConfig:

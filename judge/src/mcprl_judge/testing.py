@@ -1,0 +1,85 @@
+"""Helpers for tests of the judge and of its clients (the trainer's integration tests).
+
+``serve_judge`` runs a real judge on loopback with the given settings; the trajectory
+builders write the OpenAI-shaped agent transcripts our rollout loop produces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mcprl_common.process import UvicornThread
+from mcprl_common.wire import Trajectory
+from mcprl_judge.app import create_app
+from mcprl_judge.settings import JudgeSettings
+
+SYSTEM_PROMPT = ("You are a helpful agent with tools to query a company database. List the "
+                 "tables, describe them, query, then call complete_task with your answer.")
+
+SQL_TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": "list_tables", "description": "List the tables of the database.",
+        "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {
+        "name": "run_query", "description": "Run a read-only SQL query.",
+        "parameters": {"type": "object", "properties": {"sql": {"type": "string"}},
+                       "required": ["sql"]}}},
+    {"type": "function", "function": {
+        "name": "complete_task", "description": "Finish with the answer.",
+        "parameters": {"type": "object", "properties": {"summary": {"type": "string"}},
+                       "required": ["summary"]}}},
+]
+
+
+@contextlib.contextmanager
+def serve_judge(settings: JudgeSettings | None = None, *, port: int | None = None,
+                cache_dir: Path | None = None, **overrides: Any) -> Iterator[str]:
+    """A judge on 127.0.0.1 in a background thread; yields its base URL."""
+
+    if settings is None:
+        if cache_dir is not None:
+            overrides.setdefault("cache_path", cache_dir / "judge-cache.sqlite3")
+        settings = JudgeSettings(**overrides)
+    with UvicornThread(create_app(settings), port=port) as server:
+        yield server.url
+
+
+def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def sql_trajectory(task: str, queries: list[tuple[str, str]], answer: str | None, *,
+                   finish_reason: str = "completed", malformed_tool_calls: int = 0,
+                   tools: list[dict[str, Any]] | None = None) -> Trajectory:
+    """An agent transcript: some run_query calls with their results, then complete_task.
+
+    ``queries`` are (sql, result JSON text) pairs; ``answer`` None means the agent never
+    called complete_task (it ran out of turns, say).
+    """
+
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": task},
+    ]
+    calls = 0
+    for n, (sql, result) in enumerate(queries):
+        cid = f"call_{n}"
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [tool_call(cid, "run_query", {"sql": sql})]})
+        messages.append({"role": "tool", "tool_call_id": cid, "content": result})
+        calls += 1
+    if answer is not None:
+        cid = f"call_{len(queries)}"
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [tool_call(cid, "complete_task", {"summary": answer})]})
+        messages.append({"role": "tool", "tool_call_id": cid, "content": "Task completed."})
+        calls += 1
+    return Trajectory(messages=messages, tools=tools if tools is not None else SQL_TOOLS,
+                      final_answer=answer, finish_reason=finish_reason,  # type: ignore[arg-type]
+                      num_turns=calls, tool_calls=calls,
+                      malformed_tool_calls=malformed_tool_calls)
