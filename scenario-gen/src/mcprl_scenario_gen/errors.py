@@ -1,0 +1,100 @@
+"""Failures of a generation, each with a ``kind`` (the label of the failures metric).
+
+They subclass :class:`mcprl_common.errors.ServiceError`, so when one happens while a request
+is being answered (the pre-flight of ``POST /v1/scenario-sets``) the client gets the right
+status and a JSON body naming the problem; in a background generation the same message ends
+up in the manifest's ``error``.
+"""
+
+from __future__ import annotations
+
+from mcprl_common.errors import ServiceError
+
+
+class GenerationError(ServiceError):
+    """Base of what can stop a generation. ``kind`` labels metrics and manifests."""
+
+    status_code = 500
+    error_type = "GenerationError"
+    kind = "internal"
+
+
+class McpUnreachableError(GenerationError):
+    """The MCP server URL did not answer (refused, timed out, not an MCP endpoint)."""
+
+    status_code = 400
+    error_type = "BadRequestError"
+    kind = "mcp_unreachable"
+
+
+class NoToolsError(GenerationError):
+    status_code = 400
+    error_type = "BadRequestError"
+    kind = "no_tools"
+
+
+class UnsupportedServerError(GenerationError):
+    """The strategy needs tools the server lacks (``sql`` without ``run_query``)."""
+
+    status_code = 400
+    error_type = "BadRequestError"
+    kind = "unsupported_server"
+
+
+class McpToolError(GenerationError):
+    """A tool call failed (``isError``) where the generation needed it to work."""
+
+    status_code = 502
+    error_type = "BadGatewayError"
+    kind = "mcp_tool"
+
+
+class NothingGeneratedError(GenerationError):
+    """The strategy ran but every candidate was rejected (or none could be made)."""
+
+    status_code = 422
+    error_type = "UnprocessableEntityError"
+    kind = "nothing_generated"
+
+
+class McpConnectionLost(GenerationError):
+    """The MCP session broke mid-generation (server stopped, network gone)."""
+
+    status_code = 502
+    error_type = "BadGatewayError"
+    kind = "mcp_connection"
+
+
+class LlmOutputError(GenerationError):
+    """The generator LLM kept answering something that is not a valid scenario batch."""
+
+    status_code = 502
+    error_type = "BadGatewayError"
+    kind = "llm_output"
+
+
+class LlmUnavailableError(GenerationError):
+    """The generator LLM could not be reached or refused the request for good."""
+
+    status_code = 503
+    error_type = "ServiceUnavailableError"
+    kind = "llm_unavailable"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "10"}
+
+
+class TooManyJobsError(ServiceError):
+    status_code = 429
+    error_type = "RateLimitError"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "5"}
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The metrics label of any exception that ended a generation."""
+
+    if isinstance(exc, GenerationError):
+        return exc.kind
+    return "internal"
