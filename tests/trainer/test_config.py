@@ -1,0 +1,74 @@
+"""The run config: YAML + env overrides, validated once, saved without secrets; the example
+configs in configs/ are valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from mcprl_trainer.config import load_config, save_config
+
+pytestmark = pytest.mark.timeout(30)
+
+MINIMAL = {"model": "models/tiny-test", "scenarios": {"set_id": "s1", "dir": "data/sets"}}
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_defaults_follow_the_issue(tmp_path) -> None:
+    cfg = load_config(_write(tmp_path, MINIMAL), env={})
+    assert (cfg.lora.r, cfg.lora.alpha, cfg.lora.target_modules) == (8, 16, "all-linear")
+    assert cfg.train.lr == 1e-5 and cfg.train.kl_coef == 0.0
+    assert cfg.train.skip_zero_variance and cfg.train.loss_aggregation == "token_mean"
+    assert cfg.status.port == 8930
+    assert cfg.served_base == "models/tiny-test" and cfg.served_adapter == "run"
+
+
+def test_env_overrides_yaml(tmp_path) -> None:
+    env = {
+        "POLICY_BASE_URL": "http://engine:8000/v1", "POLICY_MODEL": "base",
+        "MCP_URL": "http://mcp:8903/mcp", "JUDGE_URL": "http://judge:8920",
+        "SCENARIO_GEN_URL": "http://sg:8910", "TRAINER_PORT": "9999",
+        "TRAINER_STEPS": "20", "TRAINER_TRAIN__LR": "2e-5",
+        "TRAINER_LORA__TARGET_MODULES": "[q_proj, v_proj]", "TRAINER_TRAIN__DEVICE": "cpu",
+        "TRAINER_UNRELATED_THING": "ignored", "MCP_AUTH_TOKEN": "s3cret",
+    }
+    cfg = load_config(_write(tmp_path, {**MINIMAL, "steps": 3}), env=env)
+    assert cfg.policy.base_url == "http://engine:8000/v1" and cfg.served_base == "base"
+    assert cfg.mcp.url == "http://mcp:8903/mcp" and cfg.judge.url == "http://judge:8920"
+    assert cfg.scenarios.url == "http://sg:8910" and cfg.status.port == 9999
+    assert cfg.steps == 20 and cfg.train.lr == 2e-5 and cfg.train.device == "cpu"
+    assert cfg.lora.target_modules == ["q_proj", "v_proj"]
+    # Saved into the run dir without the secret; it loads back to the same config.
+    saved = save_config(cfg, tmp_path / "run")
+    assert "s3cret" not in saved.read_text()
+    again = load_config(saved, env={})
+    assert again.steps == 20 and again.lora.target_modules == ["q_proj", "v_proj"]
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"group_size": 1}, "group_size"),
+    ({"train": {"loss_aggregation": "sum"}}, "loss_aggregation"),
+    ({"train": {"lr": 0}}, "lr"),
+    ({"rollout": {"max_tokens_per_turn": 9000, "max_context": 4096}}, "max_tokens_per_turn"),
+    ({"scenarios": {"set_id": "s1"}}, "scenarios.dir"),
+    ({"typo_field": 1}, "typo_field"),
+    ({"name": "../escape"}, "name"),
+])
+def test_invalid_configs_are_rejected_with_the_field_named(tmp_path, bad, match) -> None:
+    data = {**MINIMAL, **bad}
+    with pytest.raises(ValidationError, match=match):
+        load_config(_write(tmp_path, data), env={})
+
+
+def test_example_configs_are_valid(repo_root) -> None:
+    for name in ("tiny-cpu.yaml", "qwen2.5-3b.yaml"):
+        cfg = load_config(repo_root / "configs" / name, env={})
+        assert cfg.steps > 0 and cfg.group_size >= 2

@@ -1,0 +1,189 @@
+"""The GRPO update on the tiny model, in process: it moves the LoRA only, micro-batching is
+exact, and rewarded behaviour becomes more likely (less likely with the sign flipped)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from mcprl_trainer.advantages import group_advantages
+from mcprl_trainer.config import LoraSettings, TrainConfig
+from mcprl_trainer.grpo import GRPOUpdater, TrainSample, pack_micro_batches
+from mcprl_trainer.modeling import load_policy, token_logprobs
+from mcprl_trainer.rendering import ChatRenderer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _policy(path, seed: int = 0, **train):
+    torch.manual_seed(seed)
+    return load_policy(str(path), LoraSettings(), TrainConfig(**train))
+
+
+def test_pack_micro_batches_respects_budget() -> None:
+    lengths = [100, 30, 70, 300, 10, 60]
+    batches = pack_micro_batches(lengths, 200)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 200
+    assert [3] in batches  # longer than the budget: alone
+
+
+def test_token_logprobs_match_full_log_softmax(tiny_test_model) -> None:
+    """Logits only at trained positions (per row) give the same log-probs as the full pass."""
+
+    model = _policy(tiny_test_model)
+    ids = torch.randint(0, 1000, (3, 24), generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros(3, 24, dtype=torch.bool)
+    mask[0, 5:10] = mask[1, 12:15] = mask[2, 20:] = True
+    attn = torch.ones(3, 24, dtype=torch.long)
+    attn[2, 22:] = 0  # right padding never trained on
+    mask[2, 22:] = False
+    got = token_logprobs(model, ids, attn, mask)
+    with torch.no_grad():
+        full = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits.float(), -1)
+    want = torch.zeros(3, 24)
+    want[:, 1:] = torch.gather(full[:, :-1], -1, ids[:, 1:, None]).squeeze(-1)
+    assert torch.allclose(got, want * mask, atol=1e-5)
+    assert got.requires_grad
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_test_model):
+    return AutoTokenizer.from_pretrained(tiny_test_model)
+
+
+@pytest.fixture(scope="module")
+def prompt(tok) -> list[int]:
+    return ChatRenderer(tok).initial_prompt(
+        [{"role": "system", "content": "You use tools."},
+         {"role": "user", "content": "How many employees are there?"}], None).ids
+
+
+@torch.no_grad()
+def _first_token_probs(model, prompt: list[int]) -> torch.Tensor:
+    logits = model(input_ids=torch.tensor([prompt])).logits[0, -1].float()
+    return torch.softmax(logits, -1)
+
+
+@torch.no_grad()
+def _sample(model, prompt: list[int], n: int, length: int, gen: torch.Generator):
+    """n completions of ``length`` tokens with their raw log-probs (as an engine returns)."""
+
+    out = []
+    for _ in range(n):
+        ids, lps = list(prompt), []
+        for _ in range(length):
+            logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].float(),
+                                     -1)
+            tok_id = int(torch.multinomial(logp.exp(), 1, generator=gen))
+            ids.append(tok_id)
+            lps.append(float(logp[tok_id]))
+        out.append((ids[len(prompt):], lps))
+    return out
+
+
+def _samples(prompt, completions, rewards) -> list[TrainSample]:
+    adv = group_advantages(rewards).advantages
+    return [TrainSample(prompt + c, [0] * len(prompt) + [1] * len(c), [0.0] * len(prompt) + lp, a)
+            for (c, lp), a in zip(completions, adv, strict=True)]
+
+
+def test_update_moves_only_the_adapter(tiny_test_model, prompt) -> None:
+    model = _policy(tiny_test_model, lr=1e-3)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    gen = torch.Generator().manual_seed(0)
+    comps = _sample(model, prompt, 4, 3, gen)
+    metrics = GRPOUpdater(model, TrainConfig(lr=1e-3), 0).step(
+        _samples(prompt, comps, [1.0, 0.0, 0.0, 1.0]))
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+    assert any("lora_B" in n for n in changed)
+    # First step is on-policy: the ratio is 1 up to float error, nothing clipped.
+    assert metrics["clip_fraction"] == 0.0
+    assert metrics["logprob_diff_abs"] < 1e-4
+    assert metrics["train_tokens"] == 12 and metrics["grad_norm"] > 0
+
+
+def test_micro_batching_is_exact(tiny_test_model, prompt) -> None:
+    """One big batch and many small micro-batches give the same update."""
+
+    gen = torch.Generator().manual_seed(1)
+    base = _policy(tiny_test_model, seed=3)
+    comps = _sample(base, prompt, 4, 3 + 0, gen)
+    comps[1] = (comps[1][0][:2], comps[1][1][:2])  # unequal lengths: padding in play
+    samples = _samples(prompt, comps, [1.0, 0.0, 0.5, 0.0])
+    params = []
+    for budget, agg in [(100_000, "token_mean"), (64, "token_mean"), (100_000, "seq_mean"),
+                        (64, "seq_mean")]:
+        model = _policy(tiny_test_model, seed=3)
+        cfg = TrainConfig(lr=1e-3, micro_batch_tokens=budget, loss_aggregation=agg)
+        m = GRPOUpdater(model, cfg, 0).step(samples)
+        assert (m["micro_batches"] == 1) == (budget > 1000)
+        params.append(torch.cat([p.detach().flatten() for n, p in model.named_parameters()
+                                 if "lora_" in n]))
+    assert torch.allclose(params[0], params[1], atol=1e-6)
+    assert torch.allclose(params[2], params[3], atol=1e-6)
+    assert not torch.allclose(params[0], params[2], atol=1e-6)  # aggregations differ
+
+
+def _rewarded_set(model, prompt: list[int]) -> tuple[torch.Tensor, float]:
+    """Tokens on one side of a hyperplane of the (tied) output embeddings, cut so that they
+    hold about half the first-token probability: a behaviour the policy can shift by moving
+    its last hidden state, as rewarding one tool over another would."""
+
+    probs = _first_token_probs(model, prompt)
+    emb = model.get_output_embeddings().weight.detach().float()
+    direction = torch.randn(emb.shape[1], generator=torch.Generator().manual_seed(0))
+    score = emb @ direction
+    order = torch.argsort(score, descending=True)
+    cut = int((probs[order].cumsum(0) < 0.5).sum()) + 1
+    member = torch.zeros_like(probs, dtype=torch.bool)
+    member[order[:cut]] = True
+    return member, float(probs[member].sum())
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_rewarded_behaviour_becomes_more_likely(tiny_test_model, prompt, sign) -> None:
+    """Reward "the first token is in S" (half the mass at the start): over GRPO steps on
+    groups sampled from the current policy, P(S) rises; with the rewards' sign flipped it
+    falls."""
+
+    model = _policy(tiny_test_model, seed=0)
+    member, p_before = _rewarded_set(model, prompt)
+    updater = GRPOUpdater(model, TrainConfig(lr=3e-3), 0)
+    gen = torch.Generator().manual_seed(7)
+    curve = []
+    for _ in range(8):
+        with torch.no_grad():  # one-token completions: one forward gives the distribution
+            logp = torch.log_softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
+        firsts = torch.multinomial(logp.exp(), 64, replacement=True, generator=gen).tolist()
+        comps = [([t], [float(logp[t])]) for t in firsts]
+        rewards = [(1.0 if bool(member[t]) else 0.0) * sign for t in firsts]
+        updater.step(_samples(prompt, comps, rewards))
+        curve.append(float(_first_token_probs(model, prompt)[member].sum()))
+    p_after = curve[-1]
+    if sign > 0:
+        assert p_after > p_before + 0.05 and p_after > curve[0], (p_before, curve)
+    else:
+        assert p_after < p_before - 0.05 and p_after < curve[0], (p_before, curve)
+
+
+def test_kl_to_base_is_zero_at_start_and_grows(tiny_test_model, prompt) -> None:
+    """KL is measured against the base model (adapter disabled): 0 while LoRA B is still 0,
+    positive once the adapter has moved."""
+
+    model = _policy(tiny_test_model, seed=0)
+    updater = GRPOUpdater(model, TrainConfig(lr=1e-2, kl_coef=0.1), 0)
+    gen = torch.Generator().manual_seed(2)
+    kls = []
+    for _ in range(3):
+        comps = _sample(model, prompt, 4, 2, gen)
+        kls.append(updater.step(_samples(prompt, comps, [1.0, 0.0, 0.0, 1.0]))["kl"])
+    assert kls[0] == pytest.approx(0.0, abs=1e-7)
+    assert kls[-1] > 1e-6
+    # The adapter is back on after the reference passes: policy != base.
+    with model.disable_adapter():
+        base = _first_token_probs(model, prompt)
+    assert not torch.allclose(_first_token_probs(model, prompt), base)

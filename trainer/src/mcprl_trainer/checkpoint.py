@@ -1,0 +1,133 @@
+"""Checkpoints: ``<run>/checkpoints/step-N/`` holds the LoRA adapter (peft format, what the
+engine loads), the optimizer/scheduler/RNG state and ``state.json`` (step, history).
+
+Written to a temporary directory and renamed into place, so a crash leaves either the
+previous checkpoint or the complete new one, never a half-written ``step-N``. ``state.json``
+is written last inside the temporary directory: a step directory without it is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STATE_FILE = "state.json"
+TRAINER_STATE_FILE = "trainer_state.pt"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    path: Path
+
+    def state(self) -> dict[str, Any]:
+        return json.loads((self.path / STATE_FILE).read_text())
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
+    root = checkpoints_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        m = _STEP_DIR.match(child.name)
+        if m and (child / STATE_FILE).exists():
+            found.append(Checkpoint(int(m.group(1)), child))
+    return sorted(found, key=lambda c: c.step)
+
+
+def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_dir: Path, step: int, model: Any, trainer_state: dict[str, Any],
+                    state: dict[str, Any]) -> Checkpoint:
+    """Save atomically; returns the final checkpoint (an older same-step one is replaced)."""
+
+    root = checkpoints_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step}"
+    tmp = root / f".tmp-step-{step}-{os.getpid()}-{time.time_ns()}"
+    tmp.mkdir()
+    try:
+        model.save_pretrained(str(tmp))
+        torch.save({**trainer_state, "rng": rng_state()}, tmp / TRAINER_STATE_FILE)
+        payload = json.dumps({**state, "step": step, "saved_at": time.time()}, indent=1)
+        with open(tmp / STATE_FILE, "w") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+        if final.exists():
+            old = root / f".old-step-{step}-{time.time_ns()}"
+            os.rename(final, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Checkpoint(step, final)
+
+
+def load_trainer_state(checkpoint: Checkpoint) -> dict[str, Any]:
+    return torch.load(checkpoint.path / TRAINER_STATE_FILE, weights_only=False)
+
+
+def clean_temporaries(run_dir: Path) -> None:
+    """Remove what a crash mid-save left behind (one trainer per run directory)."""
+
+    root = checkpoints_dir(run_dir)
+    if root.is_dir():
+        for child in root.iterdir():
+            if child.name.startswith((".tmp-step-", ".old-step-")):
+                shutil.rmtree(child, ignore_errors=True)
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints (0 keeps all)."""
+
+    if keep <= 0:
+        return
+    for ckpt in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(ckpt.path, ignore_errors=True)

@@ -1,0 +1,120 @@
+"""``mcprl-train --config FILE [--resume]``: one training run, with progress bars.
+
+SIGTERM/SIGINT stop the run gracefully after the current step (its checkpoint is written, so
+``--resume`` continues with the next step); a second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from mcprl_common.logging import configure_logging
+from mcprl_trainer.config import load_config
+from mcprl_trainer.runner import RunExistsError, Trainer
+
+log = logging.getLogger("mcprl_trainer")
+
+
+class RichProgress:
+    """A bar for the current phase and a compact line per step, on stderr."""
+
+    def __init__(self, enabled: bool = True, *, json_lines: bool = False) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.console = Console(stderr=True)
+        self.enabled = enabled and self.console.is_terminal
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=self.console, transient=True)
+        self.task = None
+        self.json_lines = json_lines
+        if self.enabled:
+            self.bar.start()
+
+    def phase(self, name: str, total: int | None = None) -> None:
+        if not self.enabled:
+            return
+        if self.task is not None:
+            self.bar.remove_task(self.task)
+        self.task = self.bar.add_task(name, total=total)
+
+    def advance(self) -> None:
+        if self.enabled and self.task is not None:
+            self.bar.advance(self.task)
+
+    def step_done(self, line: str) -> None:
+        if self.json_lines:  # machine-read logs: the line is a log record like the others
+            log.info(line)
+        else:
+            self.console.print(line, highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.bar.stop()
+
+
+def _install_signals(stop: threading.Event) -> None:
+    def handler(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            signal.signal(signum, signal.SIG_DFL)
+            raise KeyboardInterrupt
+        stop.set()
+        print(f"\n{signal.Signals(signum).name}: stopping after the current step "
+              "(send again to stop now)", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mcprl-train", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True, help="run YAML (see configs/)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the run's latest checkpoint")
+    parser.add_argument("--steps", type=int, help="override the config's steps")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--log-json", action="store_true", help="JSON log lines")
+    args = parser.parse_args(argv)
+    configure_logging("trainer", "info", args.log_json)
+    for noisy in ("httpx2", "httpcore2", "mcp", "fastmcp", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    overrides = {"steps": args.steps} if args.steps is not None else None
+    try:
+        config = load_config(args.config, overrides=overrides)
+    except Exception as exc:  # validation errors: say what is wrong, no traceback
+        print(f"mcprl-train: invalid config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    _install_signals(stop)
+    progress = RichProgress(enabled=not args.no_progress, json_lines=args.log_json)
+    try:
+        outcome = asyncio.run(Trainer(config, resume=args.resume, stop=stop,
+                                      progress=progress).run())
+    except RunExistsError as exc:
+        print(f"mcprl-train: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mcprl-train: interrupted; resume with --resume", file=sys.stderr)
+        return 130
+    finally:
+        progress.close()
+    state = "stopped early" if outcome.stopped_early else "done"
+    print(f"mcprl-train: {state} after step {outcome.steps_done}; report: "
+          f"{outcome.report['md']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

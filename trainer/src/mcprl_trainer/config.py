@@ -1,0 +1,307 @@
+"""The run configuration: one documented pydantic model, validated once.
+
+A run is described by one YAML file (see ``configs/``). Environment variables override it,
+so the same file works on a laptop, in compose and on a GPU box:
+
+- the project-wide names: ``POLICY_BASE_URL``, ``POLICY_MODEL``, ``POLICY_API_KEY``,
+  ``MCP_URL``, ``MCP_AUTH_TOKEN``, ``JUDGE_URL``, ``SCENARIO_GEN_URL``, ``TRAINER_HOST``,
+  ``TRAINER_PORT``;
+- any field as ``TRAINER_<FIELD>`` or ``TRAINER_<SECTION>__<FIELD>`` (values parsed as YAML,
+  e.g. ``TRAINER_STEPS=20``, ``TRAINER_TRAIN__LR=2e-5``, ``TRAINER_LORA__TARGET_MODULES=[q_proj]``).
+
+The resolved config is written into the run directory (secrets blanked) so a run can be
+reproduced from ``seed`` plus that file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from mcprl_common.wire import RewardConfig
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an agent that answers questions about a database by calling tools. "
+    "The database works: first list the tables, then describe the ones you need, then run "
+    "SQL queries. When you know the answer, call complete_task with the final answer only "
+    "(a number, a name, or a comma-separated list)."
+)
+
+# Well-known environment variables shared with the rest of the stack -> config path.
+ENV_ALIASES: dict[str, tuple[str, ...]] = {
+    "POLICY_BASE_URL": ("policy", "base_url"),
+    "POLICY_MODEL": ("policy", "model"),
+    "POLICY_API_KEY": ("policy", "api_key"),
+    "MCP_URL": ("mcp", "url"),
+    "MCP_AUTH_TOKEN": ("mcp", "auth_token"),
+    "JUDGE_URL": ("judge", "url"),
+    "SCENARIO_GEN_URL": ("scenarios", "url"),
+    "TRAINER_HOST": ("status", "host"),
+    "TRAINER_PORT": ("status", "port"),
+}
+ENV_PREFIX = "TRAINER_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PolicyConfig(_Section):
+    """The inference engine that samples rollouts (vLLM or ours, OpenAI completions API)."""
+
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="Engine base URL, with /v1.")
+    model: str = Field("", description="Served name of the base model; empty = the model path.")
+    adapter_name: str = Field(
+        "", description="Name the trained LoRA is served under; empty = the run name."
+    )
+    api_key: SecretStr = Field(SecretStr("EMPTY"), description="Engine API key; never logged.")
+    timeout_s: float = Field(300.0, gt=0, description="Timeout of one completion request.")
+    max_retries: int = Field(3, ge=0, description="Retries on 5xx/connection errors.")
+    engine_output_dir: str | None = Field(
+        None, description="output_dir as the engine sees it (shared volume); None = same path."
+    )
+
+
+class McpConfig(_Section):
+    url: str = Field("http://127.0.0.1:8903/mcp", description="MCP server URL (Streamable HTTP).")
+    auth_token: SecretStr | None = Field(None, description="Optional bearer token for the server.")
+    timeout_s: float = Field(30.0, gt=0, description="Timeout of one MCP request (tool call).")
+
+
+class JudgeConfig(_Section):
+    url: str = Field("http://127.0.0.1:8920", description="Judge service URL (score-group API).")
+    timeout_s: float = Field(300.0, gt=0, description="Timeout of one score-group request.")
+    rubric: str | None = Field(None, description="Overrides the judge's default RULER rubric.")
+    judge_model: str | None = Field(None, description="Overrides the judge's model.")
+
+
+class ScenarioSourceConfig(_Section):
+    """Where scenarios come from: scenario-gen over HTTP, or a local directory of sets."""
+
+    url: str | None = Field(None, description="scenario-gen URL (GET /v1/scenario-sets/...).")
+    dir: Path | None = Field(None, description="Local dir holding <set_id>/{train,val}.jsonl.")
+    set_id: str = Field("", description="Scenario set id (required).")
+    max_train: int | None = Field(None, ge=1, description="Use at most this many train scenarios.")
+    max_val: int | None = Field(None, ge=1, description="Use at most this many val scenarios.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ScenarioSourceConfig:
+        if not self.set_id:
+            raise ValueError("scenarios.set_id is required")
+        if self.dir is None and not self.url:
+            raise ValueError("set scenarios.dir (local sets) or scenarios.url (scenario-gen)")
+        return self
+
+
+class RolloutConfig(_Section):
+    max_turns: int = Field(5, ge=1, description="Model turns per rollout at most.")
+    max_tokens_per_turn: int = Field(256, ge=1, description="Sampled tokens per turn at most.")
+    max_context: int = Field(4096, ge=64, description="Prompt + sampled tokens of a rollout.")
+    min_tokens_per_turn: int = Field(
+        16, ge=1, description="A turn starts only if this many tokens still fit in the context."
+    )
+    tool_output_max_tokens: int = Field(
+        512, ge=16, description="Tool results longer than this (tokens) are truncated."
+    )
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature of training rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of training rollouts.")
+    concurrency: int = Field(8, ge=1, description="Rollouts in flight at most (one step).")
+    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="The agent's system prompt.")
+
+
+class LoraSettings(_Section):
+    r: int = Field(8, ge=1, description="LoRA rank.")
+    alpha: int = Field(16, ge=1, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Modules to adapt; 'all-linear' = every linear layer."
+    )
+
+
+class TrainConfig(_Section):
+    loss: str = Field("grpo", description="Loss from the registry in mcprl_trainer.loss.")
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    warmup_steps: int = Field(0, ge=0, description="Linear LR warm-up (optimizer steps).")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
+    clip_eps: float = Field(0.2, gt=0, description="PPO clip: ratio kept in [1-eps, 1+eps_high].")
+    clip_eps_high: float | None = Field(None, gt=0, description="Upper clip; None = clip_eps.")
+    kl_coef: float = Field(0.0, ge=0, description="KL(policy || base) weight (k3); 0 = off.")
+    loss_aggregation: Literal["token_mean", "seq_mean"] = Field(
+        "token_mean", description="Mean over all tokens of the step, or per sequence first."
+    )
+    micro_batch_tokens: int = Field(
+        4096, ge=64, description="Padded tokens per micro-batch (gradient accumulation)."
+    )
+    epochs_per_step: int = Field(1, ge=1, description="Optimizer steps on each step's batch.")
+    skip_zero_variance: bool = Field(True, description="Drop groups whose rewards are all equal.")
+    scale_advantages: bool = Field(True, description="Divide (r - mean) by (std + 1e-6).")
+    shuffle_rewards: bool = Field(
+        False, description="Control runs only: permute rewards within each group."
+    )
+    device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda:0'...")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Base weights dtype; auto = bf16 on GPU (with autocast), fp32 on CPU."
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute activations (GPU memory).")
+
+
+class EvalConfig(_Section):
+    every: int = Field(5, ge=0, description="Eval every K steps (and before/after); 0 = never.")
+    max_scenarios: int | None = Field(None, ge=1, description="Val scenarios used at most.")
+    temperature: float = Field(0.0, ge=0, description="Eval sampling temperature (0 = greedy).")
+    success_threshold: float = Field(
+        1.0, ge=0, le=1, description="Score counted as success when no ground truth exists."
+    )
+
+
+class StatusConfig(_Section):
+    enabled: bool = Field(True, description="Serve /healthz, /metrics, /v1/status.")
+    host: str = Field("127.0.0.1", description="Status server interface.")
+    port: int = Field(8930, ge=0, le=65535, description="Status server port (0 = any free).")
+
+
+class RunConfig(_Section):
+    """Everything a training run needs, in one place."""
+
+    name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Run name.")
+    seed: int = Field(0, description="Seeds adapter init, scenario order and sampling seeds.")
+    output_dir: Path = Field(Path("runs"), description="Runs live in <output_dir>/<name>/.")
+    model: str = Field(..., description="Base model: local path or HF id (same as the engine's).")
+    tokenizer: str | None = Field(None, description="Tokenizer path/id; None = the model's.")
+    steps: int = Field(8, ge=0, description="GRPO steps of the run.")
+    group_size: int = Field(4, ge=2, description="Rollouts per scenario (G).")
+    groups_per_step: int = Field(2, ge=1, description="Scenarios per step (S).")
+    sleep_engine_during_train: bool = Field(
+        False, description="POST /sleep to a same-GPU engine before training, /wake_up after."
+    )
+    keep_checkpoints: int = Field(0, ge=0, description="Keep the last N checkpoints; 0 = all.")
+    save_rollouts: bool = Field(True, description="Write each step's trajectories as JSONL.")
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    scenarios: ScenarioSourceConfig
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    status: StatusConfig = Field(default_factory=StatusConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.output_dir / self.name
+
+    @property
+    def served_base(self) -> str:
+        return self.policy.model or self.model
+
+    @property
+    def served_adapter(self) -> str:
+        return self.policy.adapter_name or self.name
+
+    @model_validator(mode="after")
+    def _fits(self) -> RunConfig:
+        ro = self.rollout
+        if ro.max_tokens_per_turn > ro.max_context:
+            raise ValueError("rollout.max_tokens_per_turn exceeds rollout.max_context")
+        if ro.min_tokens_per_turn > ro.max_tokens_per_turn:
+            raise ValueError("rollout.min_tokens_per_turn exceeds rollout.max_tokens_per_turn")
+        return self
+
+    def dump_yaml(self) -> str:
+        """The resolved config as YAML with secrets blanked (what goes into the run dir)."""
+
+        data = self.model_dump(mode="json")
+        data["policy"]["api_key"] = "***"
+        if data["mcp"]["auth_token"] is not None:
+            data["mcp"]["auth_token"] = "***"
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = data
+    for key in path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[path[-1]] = value
+
+
+def _parse_env_value(raw: str) -> Any:
+    """Lists/mappings are YAML (``[q_proj, v_proj]``); ``null`` is None; anything else stays a
+    string that pydantic coerces to the field's type (``20``, ``2e-5``, ``true``)."""
+
+    text = raw.strip()
+    if text[:1] in "[{":
+        return yaml.safe_load(text)
+    if text.lower() in ("null", "none", "~"):
+        return None
+    return raw
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """The overrides the environment asks for, as a nested dict."""
+
+    fields = RunConfig.model_fields
+    out: dict[str, Any] = {}
+    for var, path in ENV_ALIASES.items():
+        if env.get(var):
+            _set_path(out, path, env[var])
+    for var, raw in env.items():
+        if not var.startswith(ENV_PREFIX) or var in ENV_ALIASES:
+            continue
+        parts = tuple(p.lower() for p in var[len(ENV_PREFIX):].split("__"))
+        if parts[0] not in fields:
+            continue  # e.g. TRAINER_SOMETHING_ELSE used by other tooling
+        _set_path(out, parts, _parse_env_value(raw))
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(
+    path: Path | str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> RunConfig:
+    """Read YAML (if given), apply env then explicit overrides, validate once.
+
+    Relative ``model``/``scenarios.dir``/``output_dir`` paths are resolved against the
+    current directory, as a user typing the command expects.
+    """
+
+    data: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: the config must be a YAML mapping")
+        data = loaded
+    data = _merge(data, env_overrides(os.environ if env is None else env))
+    if overrides:
+        data = _merge(data, overrides)
+    return RunConfig.model_validate(data)
+
+
+def save_config(config: RunConfig, run_dir: Path) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out = run_dir / "config.yaml"
+    out.write_text(config.dump_yaml())
+    return out

@@ -1,0 +1,100 @@
+"""The trainer's Prometheus metrics (one registry per run, so tests can build many).
+
+Names: ``mcprl_trainer_*``, base units, ``_total`` on counters. Gauges hold the last step's
+figures; histograms and counters accumulate over the run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as PyCounter
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from mcprl_common.metrics import LATENCY_BUCKETS_S, new_registry
+
+ROLLOUT_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+# Step metric key -> (gauge name, help)
+STEP_GAUGES: dict[str, tuple[str, str]] = {
+    "reward_mean": ("mcprl_trainer_reward_mean", "Mean reward of the last step's rollouts."),
+    "reward_std": ("mcprl_trainer_reward_std", "Std of the last step's rewards."),
+    "success_rate": ("mcprl_trainer_success_rate", "Success rate of the last step's rollouts."),
+    "adv_mean": ("mcprl_trainer_advantage_mean", "Mean advantage of trained rollouts."),
+    "adv_std": ("mcprl_trainer_advantage_std", "Std of advantages of trained rollouts."),
+    "adv_abs_mean": ("mcprl_trainer_advantage_abs_mean", "Mean |advantage| of trained rollouts."),
+    "loss": ("mcprl_trainer_loss", "Policy loss of the last update."),
+    "kl": ("mcprl_trainer_kl", "KL(policy || base) per trained token (k3), last update."),
+    "clip_fraction": ("mcprl_trainer_clip_fraction", "Fraction of trained tokens clipped."),
+    "grad_norm": ("mcprl_trainer_grad_norm", "Gradient L2 norm before clipping."),
+    "logprob_diff_abs": ("mcprl_trainer_logprob_mismatch",
+                         "Mean |trainer - sampler| log-prob per trained token."),
+    "rollout_tokens_per_s": ("mcprl_trainer_rollout_tokens_per_second",
+                             "Sampled tokens per second of rollout phase."),
+    "train_tokens_per_s": ("mcprl_trainer_train_tokens_per_second",
+                           "Tokens (forward+backward) per second of the update."),
+    "mean_turns": ("mcprl_trainer_turns_mean", "Mean turns per rollout, last step."),
+    "lr": ("mcprl_trainer_learning_rate", "Learning rate of the last update."),
+}
+
+
+class TrainerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or new_registry()
+        r = self.registry
+        self.step = Gauge("mcprl_trainer_step", "Last completed training step.", registry=r)
+        self.total_steps = Gauge("mcprl_trainer_steps_planned", "Steps the run plans.",
+                                 registry=r)
+        self.gauges = {key: Gauge(name, doc, registry=r) for key, (name, doc) in
+                       STEP_GAUGES.items()}
+        self.eval_success = Gauge("mcprl_trainer_eval_success_rate",
+                                  "Success rate of the last eval (val split).", registry=r)
+        self.eval_reward = Gauge("mcprl_trainer_eval_reward_mean",
+                                 "Mean reward of the last eval.", registry=r)
+        self.phase_seconds = Gauge("mcprl_trainer_phase_seconds",
+                                   "Seconds of the last step's phases.", ["phase"], registry=r)
+        self.rollout_latency = Histogram("mcprl_trainer_rollout_duration_seconds",
+                                         "Wall time of one rollout.", registry=r,
+                                         buckets=ROLLOUT_BUCKETS_S)
+        self.turn_latency = Histogram("mcprl_trainer_turn_sample_duration_seconds",
+                                      "Engine time of one sampled turn.", registry=r,
+                                      buckets=LATENCY_BUCKETS_S)
+        self.rollouts = Counter("mcprl_trainer_rollouts", "Rollouts finished, by finish reason.",
+                                ["finish_reason"], registry=r)
+        self.tool_errors = Counter("mcprl_trainer_tool_errors",
+                                   "Tool errors the agent made, by kind.", ["kind"], registry=r)
+        self.groups_skipped = Counter("mcprl_trainer_groups_skipped",
+                                      "Groups not trained on, by reason.", ["reason"], registry=r)
+        self.tokens = Counter("mcprl_trainer_tokens", "Tokens processed, by kind.", ["kind"],
+                              registry=r)
+        self.gpu_memory = Gauge("mcprl_trainer_gpu_memory_bytes",
+                                "Peak GPU memory allocated by the trainer in the last step.",
+                                registry=r)
+
+    def observe_rollout(self, seconds: float, finish_reason: str, tool_errors: PyCounter,
+                        turn_seconds: list[float]) -> None:
+        self.rollout_latency.observe(seconds)
+        self.rollouts.labels(finish_reason).inc()
+        for kind, n in tool_errors.items():
+            self.tool_errors.labels(kind).inc(n)
+        for s in turn_seconds:
+            self.turn_latency.observe(s)
+
+    def observe_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.step.set(step)
+        for key, gauge in self.gauges.items():
+            if key in metrics:
+                gauge.set(metrics[key])
+        for phase in ("rollout", "judge", "train", "publish"):
+            key = f"{phase}_seconds"
+            if key in metrics:
+                self.phase_seconds.labels(phase).set(metrics[key])
+        self.groups_skipped.labels("zero_variance").inc(metrics.get("groups_zero_variance", 0))
+        self.groups_skipped.labels("failed").inc(metrics.get("groups_failed", 0))
+        self.tokens.labels("sampled").inc(metrics.get("sampled_tokens", 0))
+        self.tokens.labels("trained").inc(metrics.get("train_tokens", 0))
+        if "gpu_memory_bytes" in metrics:
+            self.gpu_memory.set(metrics["gpu_memory_bytes"])
+
+    def observe_eval(self, success_rate: float, mean_reward: float) -> None:
+        self.eval_success.set(success_rate)
+        self.eval_reward.set(mean_reward)

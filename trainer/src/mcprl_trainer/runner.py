@@ -1,0 +1,288 @@
+"""The training run, in named stages per step: rollout (+ judge, overlapped) -> advantages ->
+train -> checkpoint -> publish -> (eval). Resumable from the latest checkpoint.
+
+Step numbers are 1-based; ``checkpoints/step-N`` is the state *after* step N. The scenarios
+and sampling seeds of step N depend only on ``(seed, N)``, so a resumed run continues exactly
+where the crashed one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from mcprl_trainer.batch import build_step_batch
+from mcprl_trainer.checkpoint import (
+    Checkpoint,
+    clean_temporaries,
+    latest_checkpoint,
+    load_trainer_state,
+    prune_checkpoints,
+    restore_rng,
+    save_checkpoint,
+)
+from mcprl_trainer.config import RunConfig, save_config
+from mcprl_trainer.evaluate import evaluate
+from mcprl_trainer.groups import GroupBatch, GroupRunner, McpTarget
+from mcprl_trainer.grpo import GRPOUpdater
+from mcprl_trainer.judge_client import JudgeClient
+from mcprl_trainer.metrics import TrainerMetrics
+from mcprl_trainer.modeling import load_policy, load_tokenizer
+from mcprl_trainer.policy import PolicyClient
+from mcprl_trainer.publish import engine_asleep, publish_adapter
+from mcprl_trainer.records import RolloutResult
+from mcprl_trainer.rendering import ChatRenderer
+from mcprl_trainer.report import write_report
+from mcprl_trainer.rollout import RolloutSettings
+from mcprl_trainer.scenarios import ScenarioSplits, load_scenarios, step_scenarios
+from mcprl_trainer.status import RunStatus, start_status_server
+
+log = logging.getLogger(__name__)
+
+
+class RunExistsError(RuntimeError):
+    """The run directory already has checkpoints and --resume was not given."""
+
+
+class Progress(Protocol):
+    """How the run shows progress (rich bars in the CLI, nothing in tests)."""
+
+    def phase(self, name: str, total: int | None = None) -> None: ...
+    def advance(self) -> None: ...
+    def step_done(self, line: str) -> None: ...
+
+
+class NoProgress:
+    def phase(self, name: str, total: int | None = None) -> None:
+        pass
+
+    def advance(self) -> None:
+        pass
+
+    def step_done(self, line: str) -> None:
+        log.info(line)
+
+
+@dataclass
+class RunOutcome:
+    steps_done: int
+    stopped_early: bool
+    report: dict[str, Path]
+
+
+def step_line(step: int, total: int, m: dict[str, float]) -> str:
+    """One compact log line per step."""
+
+    return (f"step {step}/{total} | reward {m.get('reward_mean', 0):.3f}±"
+            f"{m.get('reward_std', 0):.3f} | succ {m.get('success_rate', 0):.2f} | groups "
+            f"{int(m.get('groups_trained', 0))}/{int(m.get('groups_total', 0))} "
+            f"(zero-var {int(m.get('groups_zero_variance', 0))}, failed "
+            f"{int(m.get('groups_failed', 0))}) | loss {m.get('loss', 0):+.4f} kl "
+            f"{m.get('kl', 0):.4f} clip {m.get('clip_fraction', 0):.3f} | tok/s roll "
+            f"{m.get('rollout_tokens_per_s', 0):.0f} train {m.get('train_tokens_per_s', 0):.0f} | "
+            f"{m.get('step_seconds', 0):.1f}s (roll {m.get('rollout_seconds', 0):.1f} judge "
+            f"{m.get('judge_seconds', 0):.1f} train {m.get('train_seconds', 0):.1f})")
+
+
+class Trainer:
+    def __init__(self, config: RunConfig, *, resume: bool = False,
+                 stop: threading.Event | None = None, progress: Progress | None = None,
+                 metrics: TrainerMetrics | None = None) -> None:
+        self.config = config
+        self.resume = resume
+        self.stop = stop or threading.Event()
+        self.progress = progress or NoProgress()
+        self.metrics = metrics or TrainerMetrics()
+        self.run_dir = config.run_dir
+        self.status = RunStatus(config.name, config.steps)
+        self.history: list[dict[str, Any]] = []
+        self.evals: list[dict[str, Any]] = []
+        self.current_model = config.served_base
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _prepare_dir(self) -> Checkpoint | None:
+        clean_temporaries(self.run_dir)
+        latest = latest_checkpoint(self.run_dir)
+        if latest is not None and not self.resume:
+            raise RunExistsError(f"{self.run_dir} has checkpoints (latest step {latest.step}); "
+                                 "pass --resume to continue it or choose another run name")
+        save_config(self.config, self.run_dir)
+        return latest if self.resume else None
+
+    def _rollout_settings(self, eval_mode: bool = False) -> RolloutSettings:
+        temperature = self.config.eval.temperature if eval_mode else None
+        return RolloutSettings.from_config(self.config.rollout, temperature=temperature)
+
+    def _write_jsonl(self, name: str, rows: list[dict[str, Any]]) -> None:
+        path = self.run_dir / name
+        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+
+    def _save_rollouts(self, step: int, batch: GroupBatch) -> None:
+        if not self.config.save_rollouts:
+            return
+        out = self.run_dir / "rollouts"
+        out.mkdir(exist_ok=True)
+        rows = []
+        for gi, group in enumerate(batch.groups):
+            for r in group.results:
+                rows.append({"step": step, "group": gi, "scenario_id": group.scenario.id,
+                             "reward": r.reward, "components": r.components,
+                             "group_error": group.error, "seconds": round(r.seconds, 3),
+                             "trajectory": r.trajectory.model_dump(mode="json")})
+        (out / f"step-{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+
+    def _on_rollout(self, result: RolloutResult) -> None:
+        self.metrics.observe_rollout(result.seconds, result.trajectory.finish_reason,
+                                     result.tool_errors, [t.seconds for t in result.tokens.turns])
+        self.progress.advance()
+
+    # -- stages ----------------------------------------------------------------------------------
+    async def _eval(self, runner: GroupRunner, splits: ScenarioSplits, step: int) -> None:
+        val = splits.val[: self.config.eval.max_scenarios] if self.config.eval.max_scenarios \
+            else splits.val
+        if not val:
+            log.warning("no val scenarios: eval skipped")
+            return
+        self.status.update(phase="eval")
+        self.progress.phase(f"eval @ step {step}", len(val))
+        result = await evaluate(runner, val, step=step, model=self.current_model,
+                                settings=self._rollout_settings(eval_mode=True),
+                                seed=self.config.seed, threshold=self.config.eval.success_threshold)
+        row = result.as_dict()
+        self.evals = [e for e in self.evals if e["step"] != step] + [row]
+        self._write_jsonl("evals.jsonl", self.evals)
+        self.metrics.observe_eval(result.stats.success_rate, result.stats.mean_reward)
+        self.status.update(last_eval=row)
+        self.progress.step_done(
+            f"eval @ step {step}: success {row['success_rate']:.3f} reward "
+            f"{row['mean_reward']:.3f} turns {row['mean_turns']:.2f} tool errors "
+            f"{row['tool_error_rate']:.3f} (n={row['n']})")
+
+    def _eval_due(self, step: int) -> bool:
+        every = self.config.eval.every
+        return every > 0 and (step == 0 or step % every == 0 or step == self.config.steps)
+
+    def _state(self) -> dict[str, Any]:
+        return {"history": self.history, "evals": self.evals,
+                "served_model": self.current_model}
+
+    async def _train_step(self, step: int, runner: GroupRunner, splits: ScenarioSplits,
+                          updater: GRPOUpdater, model: Any, policy: PolicyClient) -> None:
+        cfg = self.config
+        t_step = time.perf_counter()
+        scenarios = step_scenarios(splits.train, step, cfg.groups_per_step, cfg.seed)
+        self.status.update(phase="rollout", step=step)
+        self.progress.phase(f"step {step}/{cfg.steps} rollouts",
+                            cfg.groups_per_step * cfg.group_size)
+        batch = await runner.run(scenarios, group_size=cfg.group_size, model=self.current_model,
+                                 settings=self._rollout_settings(), seed_parts=(cfg.seed, step),
+                                 on_rollout=self._on_rollout)
+        if not batch.ok:
+            raise RuntimeError(f"step {step}: every group failed ({batch.failed[0].error})")
+        self._save_rollouts(step, batch)
+        step_batch = build_step_batch(batch, cfg.train, seed=cfg.seed, step=step,
+                                      success_threshold=cfg.eval.success_threshold)
+        m = dict(step_batch.metrics)
+        self.status.update(phase="train")
+        self.progress.phase(f"step {step}/{cfg.steps} update", None)
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        t_train = time.perf_counter()
+        async with engine_asleep(policy, cfg.sleep_engine_during_train):
+            m.update(updater.step(step_batch.samples))
+        m["train_seconds"] = time.perf_counter() - t_train
+        if torch.cuda.is_available():
+            m["gpu_memory_bytes"] = float(torch.cuda.max_memory_allocated())
+        m["step"] = step
+        m["sampled_with"] = self.current_model  # type: ignore[assignment]
+        m["finish_reasons"] = step_batch.finish_reasons  # type: ignore[assignment]
+        m["tool_errors"] = step_batch.tool_errors  # type: ignore[assignment]
+        self.status.update(phase="publish")
+        t_pub = time.perf_counter()
+        self.history.append(m)
+        ckpt = save_checkpoint(self.run_dir, step, model, updater.state_dict(), self._state())
+        self.current_model = await publish_adapter(policy, cfg, ckpt.path)
+        m["publish_seconds"] = time.perf_counter() - t_pub
+        m["step_seconds"] = time.perf_counter() - t_step
+        self._write_jsonl("metrics.jsonl", self.history)
+        prune_checkpoints(self.run_dir, cfg.keep_checkpoints)
+        self.metrics.observe_step(step, m)
+        self.status.update(last_step={k: v for k, v in m.items() if not isinstance(v, dict)})
+        self.progress.step_done(step_line(step, cfg.steps, m))
+        if self._eval_due(step):
+            await self._eval(runner, splits, step)
+            # Record the eval in the checkpoint, so a crash before it is redone on resume.
+            save_checkpoint(self.run_dir, step, model, updater.state_dict(), self._state())
+
+    # -- the run -----------------------------------------------------------------------------
+    async def run(self) -> RunOutcome:
+        cfg = self.config
+        latest = self._prepare_dir()
+        server = None
+        if cfg.status.enabled:
+            server = start_status_server(self.status, self.metrics, cfg.status.host,
+                                         cfg.status.port)
+            self.status.update(status_url=server.url)
+        self.metrics.total_steps.set(cfg.steps)
+        policy = PolicyClient(cfg.policy.base_url, api_key=cfg.policy.api_key.get_secret_value(),
+                              timeout_s=cfg.policy.timeout_s, max_retries=cfg.policy.max_retries)
+        judge = JudgeClient(cfg.judge.url, timeout_s=cfg.judge.timeout_s, rubric=cfg.judge.rubric,
+                            judge_model=cfg.judge.judge_model)
+        stopped = False
+        try:
+            self.status.update(phase="loading")
+            torch.manual_seed(cfg.seed)
+            tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
+            model = load_policy(cfg.model, cfg.lora, cfg.train,
+                                adapter_path=latest.path if latest else None)
+            updater = GRPOUpdater(model, cfg.train, tokenizer.pad_token_id)
+            start = 0
+            if latest is not None:
+                trainer_state = load_trainer_state(latest)
+                updater.load_state_dict(trainer_state)
+                restore_rng(trainer_state["rng"])
+                state = latest.state()
+                self.history = [h for h in state.get("history", []) if h["step"] <= latest.step]
+                self.evals = [e for e in state.get("evals", []) if e["step"] <= latest.step]
+                start = latest.step
+                self.current_model = await publish_adapter(policy, cfg, latest.path)
+                log.info("resumed from %s (step %d done)", latest.path, start)
+            self._write_jsonl("metrics.jsonl", self.history)
+            self._write_jsonl("evals.jsonl", self.evals)
+            splits = await load_scenarios(cfg.scenarios)
+            runner = GroupRunner(
+                sampler=policy, renderer=ChatRenderer(tokenizer),
+                mcp=McpTarget(cfg.mcp.url, cfg.mcp.auth_token.get_secret_value()
+                              if cfg.mcp.auth_token else None, cfg.mcp.timeout_s),
+                judge=judge, reward=cfg.reward, concurrency=cfg.rollout.concurrency,
+            )
+            if self._eval_due(start) and not any(e["step"] == start for e in self.evals):
+                await self._eval(runner, splits, start)
+                if latest is not None:
+                    save_checkpoint(self.run_dir, start, model, updater.state_dict(),
+                                    self._state())
+            for step in range(start + 1, cfg.steps + 1):
+                if self.stop.is_set():
+                    stopped = True
+                    break
+                await self._train_step(step, runner, splits, updater, model, policy)
+            self.status.update(phase="stopped" if stopped else "done")
+        except BaseException as exc:
+            self.status.update(phase="failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            await policy.aclose()
+            await judge.aclose()
+            if server is not None:
+                server.stop()
+        report = write_report(self.run_dir, config=cfg.model_dump(mode="json"),
+                              history=self.history, evals=self.evals, stopped_early=stopped)
+        steps_done = self.history[-1]["step"] if self.history else 0
+        return RunOutcome(steps_done, stopped, report)
