@@ -1,0 +1,228 @@
+"""Generated tokens/s: our engine vs plain ``model.generate``, side by side in one run (JSON).
+
+CPU (default): the tiny models at batch 1/8/32.
+GPU (the H200 figures in ../shared/anchors/h200-2026-12-02.md)::
+
+    python bench/bench_inference.py --device cuda --model-shape qwen2.5-3b
+
+builds Qwen2.5-3B-Instruct's exact shape with random bf16 weights (no download), runs batch
+1/16/64/256 with 512-token prompts and 256 sampled tokens each (eos ignored, as the anchors),
+and prints next to each row the decode floor: one step must read the weights and the KV cache
+once, at the measured 4.24 TB/s. Each engine gets one warm-up run of the same shape first
+(CUDA-graph capture, cuBLAS autotuning); the timed run is the second.
+
+Needs only torch + transformers (+ this repo's ``inference/src`` on the path, added here), so it
+runs on a GPU box without the service's web stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "inference" / "src"))
+
+import torch  # noqa: E402
+
+from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+
+H200_COPY_BYTES_PER_S = 4.24e12  # anchors file: device-to-device copy, read + write bytes
+QWEN25_3B = {
+    "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+    "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
+    "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+}  # fmt: skip
+
+
+def build_random_qwen(device: torch.device, dtype: torch.dtype, layers: int | None = None) -> Any:
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    cfg = Qwen2Config(**{**QWEN25_3B, **({"num_hidden_layers": layers} if layers else {})})
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model.eval().requires_grad_(False)
+
+
+def load_local(path: Path, device: torch.device, dtype: torch.dtype) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    return model.eval().requires_grad_(False)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def prompts_for(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(10, vocab - 10, (batch, length), generator=g).tolist()
+
+
+def run_engine(engine: LLMEngine, prompts: list[list[int]], new_tokens: int) -> dict[str, Any]:
+    st = engine.stats
+    before = (st.decode_steps, st.decode_time_s, st.prefill_time_s, st.decode_forward_s,
+              st.sample_s)
+    sync(engine.device)
+    t0 = time.perf_counter()
+    futures = [engine.add_request(p, SamplingParams(max_tokens=new_tokens, temperature=1.0,
+                                                    seed=i, ignore_eos=True))
+               for i, p in enumerate(prompts)]
+    outs = [f.result() for f in futures]
+    sync(engine.device)
+    wall = time.perf_counter() - t0
+    generated = sum(len(o.outputs[0].token_ids) for o in outs)
+    steps = engine.stats.decode_steps - before[0]
+    return {"tokens_per_s": round(generated / wall, 1), "wall_s": round(wall, 3),
+            "generated_tokens": generated, "decode_steps": steps,
+            "ms_per_decode_step": round(1000 * (engine.stats.decode_time_s - before[1])
+                                        / max(steps, 1), 3),
+            "prefill_s": round(engine.stats.prefill_time_s - before[2], 3),
+            **({"ms_forward_per_step": round(1000 * (st.decode_forward_s - before[3])
+                                             / max(steps, 1), 3),
+                "ms_sample_per_step": round(1000 * (st.sample_s - before[4]) / max(steps, 1), 3)}
+               if st.decode_forward_s else {})}
+
+
+def run_generate(model: Any, prompts: list[list[int]], new_tokens: int,
+                 device: torch.device) -> dict[str, Any]:
+    ids = torch.tensor(prompts, device=device)
+    mask = torch.ones_like(ids)
+    model.set_attn_implementation("sdpa")
+    sync(device)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
+                             temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, pad_token_id=0)
+    sync(device)
+    wall = time.perf_counter() - t0
+    generated = (out.shape[1] - ids.shape[1]) * ids.shape[0]
+    return {"tokens_per_s": round(generated / wall, 1), "wall_s": round(wall, 3),
+            "generated_tokens": int(generated),
+            "ms_per_decode_step": round(1000 * wall / new_tokens, 3)}
+
+
+def decode_floor(model: Any, batch: int, context: int, kv_bytes_per_token: int) -> dict[str, Any]:
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    kv = batch * context * kv_bytes_per_token
+    step_s = (weights + kv) / H200_COPY_BYTES_PER_S
+    return {"ms_per_decode_step": round(1000 * step_s, 3),
+            "tokens_per_s": round(batch / step_s, 1),
+            "weights_gb": round(weights / 1e9, 2), "kv_gb": round(kv / 1e9, 2)}
+
+
+def bench_model(name: str, model: Any, device: torch.device, args: argparse.Namespace
+                ) -> dict[str, Any]:
+    vocab = model.get_output_embeddings().weight.shape[0]
+    engine = LLMEngine(model, None, EngineConfig(
+        max_batch_size=max(args.batches), max_model_len=args.prompt_len + args.new_tokens + 16,
+        cuda_graphs=not args.no_graphs, decode_attention=args.decode_attention,
+        max_prefill_tokens=args.max_prefill_tokens, profile=args.profile,
+        fuse=args.fuse)).start()
+    rows = []
+    try:
+        for batch in args.batches:
+            prompts = prompts_for(batch, args.prompt_len, vocab, seed=batch)
+            row: dict[str, Any] = {"batch": batch}
+            if "ours" in args.engines:
+                model.set_attn_implementation("mcprl_slots")
+                cold = run_engine(engine, prompts, args.new_tokens)
+                row["ours"] = run_engine(engine, prompts, args.new_tokens)
+                row["ours"]["first_run_tokens_per_s"] = cold["tokens_per_s"]
+            if "generate" in args.engines:
+                run_generate(model, [p[:16] for p in prompts], 4, device)  # warm-up
+                row["generate"] = run_generate(model, prompts, args.new_tokens, device)
+                model.set_attn_implementation("mcprl_slots")
+            if "ours" in row and "generate" in row:
+                row["speedup_vs_generate"] = round(
+                    row["ours"]["tokens_per_s"] / row["generate"]["tokens_per_s"], 2)
+            if device.type == "cuda":
+                floor = decode_floor(model, batch, args.prompt_len + args.new_tokens,
+                                     engine.runner.cache.bytes_per_token)
+                row["decode_floor"] = floor
+                if "ours" in row:
+                    row["ours_share_of_floor_step"] = round(
+                        floor["ms_per_decode_step"] / row["ours"]["ms_per_decode_step"], 3)
+            rows.append(row)
+            print(json.dumps({"model": name, **row}), file=sys.stderr, flush=True)
+    finally:
+        engine.shutdown()
+    return {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
+            "graph_captures": engine.runner.graph_captures, "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--model-shape", choices=["tiny", "qwen2.5-3b"], default=None,
+                    help="tiny: models/tiny-test and models/tiny-learn (CPU default); "
+                         "qwen2.5-3b: random weights of that shape (GPU default)")
+    ap.add_argument("--model", action="append", default=None,
+                    help="local model folder(s) instead of --model-shape")
+    ap.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    ap.add_argument("--prompt-len", type=int, default=None)
+    ap.add_argument("--new-tokens", type=int, default=None)
+    ap.add_argument("--engines", default="ours,generate")
+    ap.add_argument("--no-graphs", action="store_true", help="disable CUDA graphs (ablation)")
+    ap.add_argument("--decode-attention", default="auto", choices=["auto", "sdpa", "matmul"])
+    ap.add_argument("--max-prefill-tokens", type=int, default=None)
+    ap.add_argument("--fuse", default="auto", choices=["auto", "none", "norm", "norm+rotary"],
+                    help="fused decode kernels (see mcprl_inference.engine.fusions)")
+    ap.add_argument("--profile", action="store_true",
+                    help="CUDA: split ms per decode step into forward and sampling")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="override the layer count of --model-shape qwen2.5-3b (smoke tests)")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    shape = args.model_shape or ("qwen2.5-3b" if gpu else "tiny")
+    args.batches = args.batches or ([1, 16, 64, 256] if gpu else [1, 8, 32])
+    args.prompt_len = args.prompt_len or (512 if shape == "qwen2.5-3b" else 64)
+    args.new_tokens = args.new_tokens or (256 if shape == "qwen2.5-3b" else 64)
+    args.engines = args.engines.split(",")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = torch.bfloat16 if gpu else torch.float32
+    results = []
+    if args.model:
+        for path in args.model:
+            results.append(bench_model(path, load_local(Path(path), device, dtype), device, args))
+    elif shape == "qwen2.5-3b":
+        model = build_random_qwen(device, dtype, args.layers)
+        results.append(bench_model("qwen2.5-3b-shape-random", model, device, args))
+    else:
+        for name in ("tiny-test", "tiny-learn"):
+            model = load_local(REPO / "models" / name, device, dtype)
+            results.append(bench_model(name, model, device, args))
+            del model
+            gc.collect()
+    import transformers
+
+    report = {
+        "bench": "inference_generation_throughput",
+        "device": torch.cuda.get_device_name(device) if gpu else platform.processor() or "cpu",
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(), "dtype": str(dtype).replace("torch.", ""),
+        "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "sampling": "T=1.0",
+        "cuda_graphs": gpu and not args.no_graphs, "fuse": args.fuse,
+        "decode_attention": args.decode_attention, "results": results,
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

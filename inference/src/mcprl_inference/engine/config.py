@@ -1,0 +1,46 @@
+"""Engine configuration: what the scheduler, the KV cache and the runner need to know.
+
+Plain dataclass (no pydantic) so the engine core imports with torch + transformers alone,
+e.g. on a GPU box that has neither FastAPI nor pydantic-settings (see bench/bench_inference.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineConfig:
+    """Knobs of the engine (the service maps its settings here)."""
+
+    device: str = "auto"
+    """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
+    dtype: str = "auto"
+    """``auto`` (bfloat16 on CUDA, float32 on CPU), ``bfloat16``, ``float16`` or ``float32``."""
+    max_batch_size: int = 64
+    """Sequences decoded together at most (vLLM's ``--max-num-seqs``)."""
+    max_model_len: int | None = None
+    """Prompt + completion tokens at most; ``None``: the config's ``max_position_embeddings``."""
+    max_prefill_tokens: int | None = None
+    """Prompt tokens prefilled in one forward pass; ``None``: 16384 on CUDA, 2048 on CPU."""
+    kv_cache_memory_gb: float | None = None
+    """KV cache budget in GiB; ``None``: ``gpu_memory_utilization`` of the GPU, 4 GiB on CPU."""
+    gpu_memory_utilization: float = 0.85
+    """Share of the GPU's memory the engine may use in all (weights + KV + graphs), as vLLM's."""
+    cuda_graphs: bool = True
+    """Capture the decode step in CUDA graphs (CUDA only; CPU always runs eagerly)."""
+    max_loras: int = 8
+    """LoRA adapters loaded at once at most."""
+    max_lora_rank: int = 64
+    """Largest LoRA rank accepted (vLLM's ``--max-lora-rank``)."""
+    max_logprobs: int = 20
+    """Largest ``top_logprobs`` / ``logprobs`` a request may ask for (vLLM's default 20)."""
+    seed: int = 0
+    """Seed of the engine's RNG that draws seeds for requests that bring none."""
+    decode_attention: str = "auto"
+    """Decode attention kernel: ``sdpa``, ``matmul`` or ``auto`` (``sdpa``)."""
+    fuse: str = "auto"
+    """Fused decode kernels: ``none``, ``norm`` (fused RMSNorm), ``norm+rotary`` (adds a
+    ``torch.compile``d rotary embedding); ``auto``: ``norm+rotary`` on CUDA, ``none`` on CPU."""
+    profile: bool = False
+    """Time the decode forward and the sampler separately with CUDA events (benchmarks)."""

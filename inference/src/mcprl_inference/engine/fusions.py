@@ -1,0 +1,82 @@
+"""Fewer, fused kernels for the decode step (CUDA): the step is launch-bound, not memory-bound.
+
+A CUDA graph removes the CPU cost of a step but still runs every small kernel; HF's RMSNorm
+is ~7 elementwise kernels and rotary embeddings ~10 per layer. While the engine's forward passes
+run (``active()``), allow-listed RMSNorm modules use PyTorch's fused ``rms_norm`` and, with
+``rotary``, the model's ``apply_rotary_pos_emb`` is replaced by a ``torch.compile``d one.
+Outside the engine (training, plain ``generate``) the model behaves exactly as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+# RMSNorm classes computing weight * x / rms(x) (not Gemma's (1 + weight)).
+_NORMS = {"Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm", "Qwen3RMSNorm", "Qwen2MoeRMSNorm"}
+_ACTIVE = {"on": False}
+
+
+@contextlib.contextmanager
+def active() -> Iterator[None]:
+    previous = _ACTIVE["on"]
+    _ACTIVE["on"] = True
+    try:
+        yield
+    finally:
+        _ACTIVE["on"] = previous
+
+
+def _norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+    if not _ACTIVE["on"]:
+        return type(self).forward(self, hidden_states)
+    return F.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight,
+                      self.variance_epsilon)
+
+
+def install(model: Any, *, norm: bool = True, rotary: bool = False) -> list[str]:
+    """Patch ``model`` in place; returns what was fused."""
+
+    done: list[str] = []
+    if norm and hasattr(F, "rms_norm"):
+        count = 0
+        for module in model.modules():
+            if type(module).__name__ in _NORMS and hasattr(module, "variance_epsilon"):
+                module.forward = _norm_forward.__get__(module)
+                count += 1
+        if count:
+            done.append(f"rms_norm x{count}")
+    if rotary:
+        attn = next((m for m in model.modules() if type(m).__name__.endswith("Attention")), None)
+        mod = sys.modules.get(type(attn).__module__) if attn is not None else None
+        original = getattr(mod, "apply_rotary_pos_emb", None)
+        if original is not None and not getattr(original, "_mcprl_patched", False):
+            state: dict[str, Any] = {"fn": torch.compile(original, dynamic=True,
+                                                         fullgraph=True)}
+
+            def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
+                if not _ACTIVE["on"]:
+                    return original(*args, **kwargs)
+                try:
+                    return state["fn"](*args, **kwargs)
+                except Exception as exc:  # no compiler toolchain: keep serving, unfused
+                    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                        raise
+                    log.warning("compiled rotary failed, using the eager one: %s", exc)
+                    state["fn"] = original
+                    return original(*args, **kwargs)
+
+            apply_rotary_pos_emb._mcprl_patched = True  # type: ignore[attr-defined]
+            mod.apply_rotary_pos_emb = apply_rotary_pos_emb
+            done.append("rotary (torch.compile)")
+    if done:
+        log.info("decode fusions installed", extra={"fusions": done})
+    return done

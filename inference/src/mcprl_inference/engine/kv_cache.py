@@ -1,0 +1,180 @@
+"""A static KV cache of per-sequence slots, shared by every request, and the attention over it.
+
+Layout: one tensor ``[layers, 2 (k/v), slots, kv_heads, capacity, head_dim]``. A running
+sequence owns one slot; the scheduler keeps the running sequences in slots ``0..B-1`` so a
+decode step works on plain views (no gather), which is what lets a CUDA graph replay it. The
+HF model runs unchanged: this object stands in for its ``Cache`` (``update`` is all the attention
+layers call) and :func:`slot_attention` is registered as an attention implementation, so the
+same code path serves Qwen2, Llama, Mistral or Qwen3 and keeps peft's LoRA layers working.
+
+Plans tell ``update`` what the current forward pass is:
+
+- prefill: rows are new sequences (right-padded prompts) written to ``slots`` at positions
+  ``0..T-1``; attention runs causally over the fresh keys only (no prefix to attend to);
+- decode: row ``i`` is slot ``i``, its one new token goes to ``positions[i]`` and attention
+  reads the first ``attn_len`` positions of the slot under a length mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+ATTN_IMPLEMENTATION = "mcprl_slots"
+_DECODE_KERNEL = {"name": "sdpa"}
+
+
+def set_decode_kernel(name: str) -> None:
+    """``sdpa`` (PyTorch's fused kernels) or ``matmul`` (two batched GEMMs; robust fallback)."""
+
+    if name not in ("sdpa", "matmul"):
+        raise ValueError(f"unknown decode attention kernel {name!r}")
+    _DECODE_KERNEL["name"] = name
+
+
+def slot_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """HF attention interface: query ``[B, H, T, D]``, key/value ``[B, Hkv, L, D]``.
+
+    Returns ``[B, T, H, D]``.
+
+    Decode (one query token, boolean length mask) folds the query heads of a KV group into the
+    query-length axis, so grouped-query attention needs no ``repeat_kv`` copy of the cache.
+    """
+
+    b, h, t, d = query.shape
+    hkv = key.shape[1]
+    groups = h // hkv
+    if t == 1 and attention_mask is not None:
+        q = query.reshape(b, hkv, groups, d)
+        if _DECODE_KERNEL["name"] == "matmul":
+            scale = scaling if scaling is not None else d**-0.5
+            scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale
+            scores = scores.masked_fill(~attention_mask, float("-inf"))
+            probs = torch.softmax(scores, dim=-1).to(value.dtype)
+            out = torch.matmul(probs, value)
+        else:
+            out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask,
+                                                 scale=scaling)
+        out = out.reshape(b, h, 1, d)
+    else:
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, is_causal=attention_mask is None and t > 1,
+            scale=scaling, enable_gqa=groups > 1,
+        )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTN_IMPLEMENTATION, slot_attention)
+
+
+class SlotKVCache:
+    """Per-slot static KV cache; quacks like ``transformers.Cache`` for the attention layers."""
+
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        self.num_layers = num_layers
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.dtype = dtype
+        self.device = device
+        self.kv: torch.Tensor | None = None
+        self.rows = 0
+        self.capacity = 0
+        self._mode = "none"
+        self._slots: torch.Tensor | None = None
+        self._positions: torch.Tensor | None = None
+        self._attn_len = 0
+        self._row_index = torch.arange(0, device=device)
+
+    # sizes -----------------------------------------------------------------------------
+    @property
+    def bytes_per_token(self) -> int:
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
+
+    @property
+    def allocated_bytes(self) -> int:
+        return 0 if self.kv is None else self.kv.numel() * self.kv.element_size()
+
+    def ensure(self, rows: int, capacity: int) -> bool:
+        """Grow to at least ``rows`` slots of ``capacity`` positions, keeping the content.
+
+        Returns True when the storage moved (captured CUDA graphs must then be dropped).
+        """
+
+        if self.kv is not None and rows <= self.rows and capacity <= self.capacity:
+            return False
+        rows, capacity = max(rows, self.rows), max(capacity, self.capacity)
+        new = torch.zeros(self.num_layers, 2, rows, self.num_kv_heads, capacity, self.head_dim,
+                          dtype=self.dtype, device=self.device)
+        if self.kv is not None:
+            new[:, :, : self.rows, :, : self.capacity].copy_(self.kv)
+        self.kv = None  # free before the next allocation can need the memory
+        self.kv, self.rows, self.capacity = new, rows, capacity
+        self._row_index = torch.arange(rows, device=self.device)
+        return True
+
+    def release(self) -> None:
+        self.kv, self.rows, self.capacity = None, 0, 0
+        self._row_index = torch.arange(0, device=self.device)
+
+    def move(self, dst: int, src: int, length: int) -> None:
+        """Copy slot ``src``'s first ``length`` positions to slot ``dst`` (compaction, n > 1)."""
+
+        assert self.kv is not None
+        self.kv[:, :, dst, :, :length].copy_(self.kv[:, :, src, :, :length])
+
+    # plans -----------------------------------------------------------------------------
+    def plan_prefill(self, slots: torch.Tensor) -> None:
+        self._mode, self._slots = "prefill", slots
+
+    def plan_decode(self, positions: torch.Tensor, attn_len: int) -> None:
+        self._mode, self._positions, self._attn_len = "decode", positions, attn_len
+
+    def clear_plan(self) -> None:
+        self._mode, self._slots, self._positions = "none", None, None
+
+    # the transformers Cache surface used by attention layers ---------------------------
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               cache_kwargs: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.kv is not None, "KV cache not allocated"
+        k_layer, v_layer = self.kv[layer_idx, 0], self.kv[layer_idx, 1]
+        if self._mode == "prefill":
+            t = key_states.shape[2]
+            k_layer[self._slots, :, :t] = key_states
+            v_layer[self._slots, :, :t] = value_states
+            return key_states, value_states
+        if self._mode == "decode":
+            rows = key_states.shape[0]
+            index = self._row_index[:rows]
+            k_layer[index, :, self._positions] = key_states[:, :, 0]
+            v_layer[index, :, self._positions] = value_states[:, :, 0]
+            n = self._attn_len
+            return k_layer[:rows, :, :n], v_layer[:rows, :, :n]
+        raise RuntimeError("SlotKVCache.update called outside a planned forward pass")
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0
+
+    def get_max_cache_shape(self, layer_idx: int = 0) -> int:
+        return self.capacity
+
+    def __len__(self) -> int:
+        return self.num_layers

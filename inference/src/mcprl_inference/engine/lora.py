@@ -1,0 +1,122 @@
+"""LoRA adapters with peft: several loaded at once, one active per forward pass.
+
+The base model is wrapped in a ``PeftModel`` on the first load; peft injects its LoRA layers
+into the base model's modules in place, so the runner's references to the decoder and the LM
+head stay valid. Loading a name that exists replaces it (the trainer republishes ``policy``
+every step); ``version`` changes on every load so captured CUDA graphs of the old weights are
+never replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class LoraError(Exception):
+    """A load/unload the client got wrong (bad path, rank too large, unknown name)."""
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
+
+
+@dataclass
+class Adapter:
+    name: str
+    path: str
+    rank: int
+    version: int
+
+
+class LoraManager:
+    """Loads, replaces, unloads and activates adapters on one base model."""
+
+    def __init__(self, model: Any, *, max_loras: int, max_rank: int) -> None:
+        self.base = model
+        self.peft: Any = None
+        self.max_loras = max_loras
+        self.max_rank = max_rank
+        self.adapters: dict[str, Adapter] = {}
+        self._versions = 0
+        self._active: str | None = None
+
+    def _read_config(self, path: str) -> dict[str, Any]:
+        folder = Path(path)
+        cfg = folder / "adapter_config.json"
+        if not folder.exists() or not cfg.exists():
+            raise LoraError(f"No adapter found for {path}: no adapter_config.json there",
+                            not_found=True)
+        try:
+            return json.loads(cfg.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise LoraError(f"unreadable adapter_config.json in {path}: {exc}") from exc
+
+    def load(self, name: str, path: str) -> Adapter:
+        config = self._read_config(path)
+        rank = int(config.get("r", 0) or 0)
+        if rank > self.max_rank:
+            raise LoraError(f"LoRA rank {rank} is greater than max_lora_rank {self.max_rank}")
+        if name not in self.adapters and len(self.adapters) >= self.max_loras:
+            raise LoraError(f"{self.max_loras} LoRA adapters are loaded (max_loras); unload one "
+                            "before loading another")
+        if name in self.adapters:
+            self._delete(name)
+        try:
+            if self.peft is None:
+                from peft import PeftModel
+
+                self.peft = PeftModel.from_pretrained(self.base, path, adapter_name=name,
+                                                      is_trainable=False)
+            else:
+                self.peft.load_adapter(path, adapter_name=name, is_trainable=False)
+        except Exception as exc:
+            if self.peft is not None and name in getattr(self.peft, "peft_config", {}):
+                self._delete(name)
+            raise LoraError(f"could not load LoRA adapter {name!r} from {path}: "
+                            f"{type(exc).__name__}: {exc}") from exc
+        self.peft.eval()
+        self.base.requires_grad_(False)
+        self._versions += 1
+        adapter = Adapter(name=name, path=str(path), rank=rank, version=self._versions)
+        self.adapters[name] = adapter
+        self._active = "?"  # force re-activation
+        log.info("lora loaded", extra={"lora_name": name, "lora_path": str(path), "rank": rank})
+        return adapter
+
+    def _delete(self, name: str) -> None:
+        if self.peft is not None and name in self.peft.peft_config:
+            self.peft.delete_adapter(name)
+        self.adapters.pop(name, None)
+        self._active = "?"
+
+    def unload(self, name: str) -> None:
+        if name not in self.adapters:
+            raise LoraError(f"The lora adapter '{name}' cannot be found.", not_found=True)
+        self._delete(name)
+        log.info("lora unloaded", extra={"lora_name": name})
+
+    def key(self, name: str | None) -> tuple[str, int] | None:
+        """Identity of an adapter's current weights (for graph caches)."""
+
+        if name is None:
+            return None
+        return (name, self.adapters[name].version)
+
+    def activate(self, name: str | None) -> None:
+        """Make ``name`` (or the bare base model for ``None``) what the next forward runs."""
+
+        if self.peft is None or name == self._active:
+            return
+        lora_model = self.peft.base_model
+        if name is None:
+            lora_model.disable_adapter_layers()
+        else:
+            lora_model.enable_adapter_layers()
+            self.peft.set_adapter(name)
+        self._active = name

@@ -1,0 +1,228 @@
+"""Runs the model: batched prefill into cache slots and the batched decode step.
+
+On CUDA the decode step is captured once per (batch bucket, attention-length bucket, adapter)
+in a CUDA graph and replayed: one launch for the whole 36-layer forward instead of ~1,000
+Python-dispatched kernels, which is what bounds plain ``generate`` at small batch. Inputs live
+in static buffers; the KV cache is the shared static one of :mod:`.kv_cache`. Prefill runs
+eagerly (it is compute-bound, and its shapes vary). The CPU runs the same functions eagerly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+
+from mcprl_inference.engine import fusions
+from mcprl_inference.engine.kv_cache import (
+    ATTN_IMPLEMENTATION,
+    SlotKVCache,
+    register_attention,
+    set_decode_kernel,
+)
+
+log = logging.getLogger(__name__)
+
+ROW_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256,
+               320, 384, 448, 512, 640, 768, 896, 1024)
+LEN_STEP_CUDA = 256
+LEN_STEP_CPU = 64
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+class ModelRunner:
+    """Owns the model's forward passes, the KV cache and the captured decode graphs."""
+
+    def __init__(self, model: Any, device: torch.device, dtype: torch.dtype, *,
+                 cuda_graphs: bool = True, decode_attention: str = "auto",
+                 fuse: str = "auto") -> None:
+        register_attention()
+        if fuse == "auto":
+            fuse = "norm+rotary" if device.type == "cuda" else "none"
+        self.fusions = fusions.install(model, norm="norm" in fuse, rotary="rotary" in fuse)
+        set_decode_kernel("sdpa" if decode_attention == "auto" else decode_attention)
+        model.set_attn_implementation(ATTN_IMPLEMENTATION)
+        self.model = model
+        self.device, self.dtype = device, dtype
+        self.decoder = model.get_decoder()
+        self.lm_head = model.get_output_embeddings()
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else (
+            model.config)
+        self.num_layers = cfg.num_hidden_layers
+        heads = cfg.num_attention_heads
+        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        self.vocab_size = int(self.lm_head.weight.shape[0])
+        self.max_position = int(getattr(cfg, "max_position_embeddings", 4096))
+        self.cache = SlotKVCache(self.num_layers, self.num_kv_heads, self.head_dim, dtype, device)
+        self.use_graphs = cuda_graphs and device.type == "cuda"
+        self._graphs: dict[Hashable, _DecodeGraph] = {}
+        self._pool: Any = None
+        self._arange = torch.arange(0, device=device)
+        self.graph_captures = 0
+
+    # shapes ----------------------------------------------------------------------------
+    @staticmethod
+    def alloc_rows(rows: int) -> int:
+        """Slots to allocate for ``rows`` sequences (bucketed: few reallocations)."""
+
+        i = bisect.bisect_left(ROW_BUCKETS, rows)
+        return ROW_BUCKETS[i] if i < len(ROW_BUCKETS) else _round_up(rows, 128)
+
+    def row_bucket(self, rows: int) -> int:
+        """Rows a decode step runs: a graph bucket on CUDA, exactly ``rows`` eagerly."""
+
+        return self.alloc_rows(rows) if self.use_graphs else rows
+
+    def length_bucket(self, length: int) -> int:
+        return _round_up(max(length, 1), LEN_STEP_CUDA if self.device.type == "cuda"
+                         else LEN_STEP_CPU)
+
+    def ensure_capacity(self, rows: int, length: int) -> None:
+        """Make room for ``rows`` running sequences of up to ``length`` tokens."""
+
+        if self.cache.ensure(self.alloc_rows(rows), self.length_bucket(length)):
+            self.drop_graphs()
+            self._arange = torch.arange(self.cache.capacity, device=self.device)
+            log.info("kv cache resized", extra={
+                "rows": self.cache.rows, "capacity": self.cache.capacity,
+                "gib": round(self.cache.allocated_bytes / 2**30, 3)})
+
+    def drop_graphs(self) -> None:
+        """Forget captured graphs; their memory pool dies with them, so take a new one later."""
+
+        self._graphs.clear()
+        self._pool = None
+
+    def release(self) -> None:
+        """Free the KV cache and graphs (sleep, shutdown)."""
+
+        self.drop_graphs()
+        self._pool = None
+        self.cache.release()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
+    # forward passes --------------------------------------------------------------------
+    def _masks(self, mask: torch.Tensor | None) -> dict[str, torch.Tensor | None]:
+        return {"full_attention": mask, "sliding_attention": mask,
+                "chunked_attention": mask, "linear_attention": mask}
+
+    def _hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        with fusions.active():
+            out = self.decoder(input_ids=input_ids, position_ids=position_ids,
+                               attention_mask=self._masks(mask), past_key_values=self.cache,
+                               use_cache=True)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    def prefill(self, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:
+        """Write ``prompts`` into ``slots``; logits ``[b, V]`` (float32) after each last token."""
+
+        lengths = [len(p) for p in prompts]
+        t = max(lengths)
+        ids = torch.zeros(len(prompts), t, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, : len(p)] = torch.tensor(p, dtype=torch.long)
+        ids = ids.to(self.device, non_blocking=True)
+        positions = torch.arange(t, device=self.device).unsqueeze(0).expand(len(prompts), t)
+        self.cache.plan_prefill(torch.tensor(slots, dtype=torch.long, device=self.device))
+        try:
+            hidden = self._hidden(ids, positions, None)
+        finally:
+            self.cache.clear_plan()
+        last = torch.tensor([n - 1 for n in lengths], device=self.device)
+        h = hidden[torch.arange(len(prompts), device=self.device), last]
+        return self.lm_head(h).float()
+
+    def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                        attn_len: int) -> torch.Tensor:
+        mask = (self._arange[:attn_len][None, :] <= positions[:, None])[:, None, None, :]
+        self.cache.plan_decode(positions, attn_len)
+        try:
+            hidden = self._hidden(input_ids, positions[:, None], mask)
+        finally:
+            self.cache.clear_plan()
+        return self.lm_head(hidden[:, -1]).float()
+
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, max_pos: int,
+               adapter_key: Hashable) -> torch.Tensor:
+        """One decode step for rows ``0..B-1``: ``tokens``/``positions`` are ``[B]`` on device.
+
+        ``max_pos`` (known on the host) sizes the attention window without a device sync.
+        """
+
+        rows = tokens.shape[0]
+        attn_len = min(self.length_bucket(max_pos + 1), self.cache.capacity)
+        if not self.use_graphs:
+            return self._decode_forward(tokens[:, None], positions, attn_len)
+        bucket = self.row_bucket(rows)
+        key = (bucket, attn_len, adapter_key)
+        graph = self._graphs.get(key)
+        if graph is None:
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph = _DecodeGraph(self, bucket, attn_len)
+            graph.load(tokens, positions)
+            graph.capture()
+            self._graphs[key] = graph
+            self.graph_captures += 1
+        else:
+            graph.load(tokens, positions)
+        return graph.replay()[:rows]
+
+    # sleep mode ------------------------------------------------------------------------
+    def offload(self) -> None:
+        self.release()
+        if self.device.type == "cuda":
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+
+    def reload(self) -> None:
+        if self.device.type == "cuda":
+            self.model.to(self.device)
+
+
+class _DecodeGraph:
+    """A captured decode step for one (rows bucket, attention length, adapter)."""
+
+    def __init__(self, runner: ModelRunner, rows: int, attn_len: int) -> None:
+        self.runner, self.rows, self.attn_len = runner, rows, attn_len
+        self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=runner.device)
+        self.positions = torch.zeros(rows, dtype=torch.long, device=runner.device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.logits: torch.Tensor | None = None
+
+    def load(self, tokens: torch.Tensor, positions: torch.Tensor) -> None:
+        n = tokens.shape[0]
+        self.tokens[:n, 0].copy_(tokens)
+        self.positions[:n].copy_(positions)
+        if n < self.rows:  # padding rows write into free slots at position 0
+            self.tokens[n:].zero_()
+            self.positions[n:].zero_()
+
+    def capture(self) -> None:
+        """Warm up on the real inputs (the writes are the step's own) then capture."""
+
+        runner = self.runner
+        stream = torch.cuda.Stream(device=runner.device)
+        stream.wait_stream(torch.cuda.current_stream(runner.device))
+        with torch.cuda.stream(stream):
+            runner._decode_forward(self.tokens, self.positions, self.attn_len)
+        torch.cuda.current_stream(runner.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=runner._pool):
+            self.logits = runner._decode_forward(self.tokens, self.positions, self.attn_len)
+        self.graph = graph
+
+    def replay(self) -> torch.Tensor:
+        assert self.graph is not None and self.logits is not None
+        self.graph.replay()
+        return self.logits

@@ -1,0 +1,74 @@
+"""Engine metrics under vLLM's names (``vllm:*``, label ``model_name``) plus ``mcprl_inference_*``.
+
+The same Grafana dashboard then reads this engine and upstream vLLM. Built on the app's own
+registry (mcprl_common.metrics.new_registry) so tests can run many apps in one process.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from mcprl_inference.engine import RequestOutput
+
+# vLLM's buckets for these histograms (seconds).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class EngineMetrics:
+    """Implements the engine's observer hooks with Prometheus metrics."""
+
+    def __init__(self, registry: CollectorRegistry, model_name: str) -> None:
+        self.model_name = model_name
+        label = ["model_name"]
+        self.running = Gauge("vllm:num_requests_running", "Sequences decoding now.", label,
+                             registry=registry)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.",
+                             label, registry=registry)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefilled prompt tokens.", label,
+                                     registry=registry)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens.", label,
+                                         registry=registry)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds",
+                              "Time from arrival to the first generated token.", label,
+                              buckets=TTFT_BUCKETS, registry=registry)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds",
+                             "Time from arrival to the last generated token.", label,
+                             buckets=E2E_BUCKETS, registry=registry)
+        self.success = Counter("vllm:request_success", "Finished requests by finish reason.",
+                               ["model_name", "finished_reason"], registry=registry)
+        self.batch = Histogram("mcprl_inference_decode_batch_size",
+                               "Sequences decoded together in one step.", label,
+                               buckets=BATCH_BUCKETS, registry=registry)
+        self.batch_max = Gauge("mcprl_inference_decode_batch_size_max",
+                               "Largest decode batch since start.", label, registry=registry)
+        self.lora_loads = Counter("mcprl_inference_lora_loads", "LoRA adapters loaded.", label,
+                                  registry=registry)
+        self.sleeping = Gauge("mcprl_inference_sleeping", "1 while the engine sleeps.", label,
+                              registry=registry)
+        self._max_batch = 0
+        for metric in (self.running, self.waiting, self.prompt_tokens, self.generation_tokens,
+                       self.batch_max, self.lora_loads, self.sleeping, self.batch, self.ttft,
+                       self.e2e):
+            metric.labels(model_name)
+
+    def on_step(self, running: int, waiting: int, decode_batch: int) -> None:
+        self.running.labels(self.model_name).set(running)
+        self.waiting.labels(self.model_name).set(waiting)
+        if decode_batch:
+            self.batch.labels(self.model_name).observe(decode_batch)
+            if decode_batch > self._max_batch:
+                self._max_batch = decode_batch
+                self.batch_max.labels(self.model_name).set(decode_batch)
+
+    def on_request_done(self, output: RequestOutput, adapter: str | None) -> None:
+        self.prompt_tokens.labels(self.model_name).inc(len(output.prompt_token_ids))
+        self.generation_tokens.labels(self.model_name).inc(
+            sum(len(o.token_ids) for o in output.outputs))
+        self.ttft.labels(self.model_name).observe(output.time_to_first_token_s)
+        self.e2e.labels(self.model_name).observe(output.latency_s)
+        for o in output.outputs:
+            self.success.labels(self.model_name, o.finish_reason).inc()

@@ -1,0 +1,94 @@
+"""Settings of the inference service (env prefix ``INFERENCE_``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from mcprl_common.settings import ServiceSettings
+from mcprl_inference.engine.config import EngineConfig
+
+
+class InferenceSettings(ServiceSettings):
+    """One engine serving one base model and its LoRA adapters over vLLM's OpenAI API."""
+
+    model_config = SettingsConfigDict(env_prefix="INFERENCE_", extra="ignore",
+                                      populate_by_name=True, protected_namespaces=())
+
+    port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on (vLLM's 8000).")
+    model: str = Field("Qwen/Qwen2.5-3B-Instruct",
+                       description="HF model id or local folder of the base model.")
+    served_model_name: str | None = Field(
+        None, description="Name clients send as `model`; defaults to `model` (as vLLM).")
+    dtype: str = Field("auto", description="auto (bf16 on CUDA, fp32 on CPU), bfloat16, "
+                                           "float16 or float32.")
+    device: str = Field("auto", description="auto (CUDA if visible, else CPU), cpu, cuda, cuda:N.")
+    max_model_len: int | None = Field(
+        None, ge=16, description="Prompt + completion tokens at most; default: the model's "
+                                 "max_position_embeddings.")
+    max_batch_size: int = Field(64, ge=1, le=4096,
+                                description="Sequences decoded together at most (vLLM "
+                                            "--max-num-seqs).")
+    max_prefill_tokens: int | None = Field(
+        None, ge=16, description="Prompt tokens per prefill pass; default 16384 CUDA / 2048 CPU.")
+    kv_cache_memory_gb: float | None = Field(
+        None, gt=0, description="KV-cache budget in GiB; default: from gpu_memory_utilization "
+                                "on CUDA, 4 GiB on CPU.")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1,
+                                          description="Share of GPU memory the engine may use.")
+    cuda_graphs: bool = Field(True, description="Capture decode steps in CUDA graphs (CUDA only).")
+    enable_lora: bool = Field(True, description="Serve /v1/load_lora_adapter and "
+                                                "/v1/unload_lora_adapter (vLLM --enable-lora).")
+    max_loras: int = Field(8, ge=1, description="LoRA adapters loaded at once at most.")
+    max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank accepted "
+                                                     "(vLLM --max-lora-rank).")
+    strict_lora_reload: bool = Field(
+        False, description="As vLLM: loading a lora_name that is loaded needs "
+                           "load_inplace=true (else 400). Default false: the new weights "
+                           "replace the old ones either way.")
+    lora_modules: str = Field("", description="Adapters to load at start: 'name=path,name2=path2' "
+                                              "(vLLM --lora-modules).")
+    enable_sleep_mode: bool = Field(True, description="Serve /sleep, /wake_up, /is_sleeping "
+                                                      "(vLLM --enable-sleep-mode + dev mode).")
+    enable_auto_tool_choice: bool = Field(True, description="Parse tool calls out of chat "
+                                                            "completions (vLLM "
+                                                            "--enable-auto-tool-choice).")
+    tool_call_parser: str = Field("hermes", description="Tool-call parser name (registry in "
+                                                        "mcprl_inference.tool_parsers).")
+    chat_template: str | None = Field(None, description="Path of a Jinja chat template that "
+                                                        "replaces the tokenizer's.")
+    max_logprobs: int = Field(20, ge=0, description="Largest top_logprobs/logprobs a request may "
+                                                    "ask for (vLLM default 20).")
+    generation_config: str = Field("auto", description="'auto': sampling defaults from the "
+                                                       "model's generation_config.json (as "
+                                                       "vLLM); 'vllm': none.")
+    seed: int = Field(0, description="Seed of the RNG that seeds requests that bring none.")
+    trust_remote_code: bool = Field(False, description="Allow model code from the model folder.")
+    decode_attention: str = Field("auto", description="Decode attention kernel: auto, sdpa, "
+                                                      "matmul.")
+    request_timeout_s: float = Field(600.0, gt=0, description="A request still queued or "
+                                                              "running after this fails (504).")
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            device=self.device, dtype=self.dtype, max_batch_size=self.max_batch_size,
+            max_model_len=self.max_model_len, max_prefill_tokens=self.max_prefill_tokens,
+            kv_cache_memory_gb=self.kv_cache_memory_gb,
+            gpu_memory_utilization=self.gpu_memory_utilization, cuda_graphs=self.cuda_graphs,
+            max_loras=self.max_loras, max_lora_rank=self.max_lora_rank,
+            max_logprobs=self.max_logprobs, seed=self.seed,
+            decode_attention=self.decode_attention,
+        )
+
+    def static_loras(self) -> list[tuple[str, str]]:
+        out = []
+        for item in filter(None, (x.strip() for x in self.lora_modules.split(","))):
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"INFERENCE_LORA_MODULES item {item!r} is not name=path")
+            out.append((name.strip(), path.strip()))
+        return out

@@ -1,0 +1,110 @@
+"""Runtime LoRA: load changes the output (and matches peft's own forward pass), replacing
+under the same name takes the new weights, unloading restores the base model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+PROMPT = [101, 57, 230, 18, 999, 4, 312, 77, 45, 600]
+
+
+def _make_adapter(base_path: Path, out: Path, seed: int, rank: int = 8) -> Path:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, init_lora_weights=False,
+                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                     "up_proj", "down_proj"])
+    model = get_peft_model(base, cfg)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_test_model: Path, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("loras")
+    return {"a": _make_adapter(tiny_test_model, root / "a", 1),
+            "b": _make_adapter(tiny_test_model, root / "b", 2),
+            "big": _make_adapter(tiny_test_model, root / "big", 3, rank=128)}
+
+
+@pytest.fixture(scope="module")
+def lora_server(tiny_test_model: Path, serve_factory):
+    with serve_factory(tiny_test_model, max_lora_rank=64) as srv:
+        yield srv
+
+
+def _greedy(srv, model: str) -> tuple[list[int], list[float]]:
+    r = srv.client.completions.create(model=model, prompt=PROMPT, max_tokens=10,
+                                      temperature=0.0, logprobs=0,
+                                      extra_body={"return_token_ids": True, "ignore_eos": True})
+    return r.choices[0].model_extra["token_ids"], r.choices[0].logprobs.token_logprobs
+
+
+@pytest.mark.timeout(120)
+def test_load_replace_unload(lora_server, adapters, tiny_test_model, ref_logprobs) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    srv = lora_server
+    base_ids, _ = _greedy(srv, srv.model)
+    r = srv.http.post("/v1/load_lora_adapter",
+                      json={"lora_name": "policy", "lora_path": str(adapters["a"])})
+    assert r.status_code == 200 and "added successfully" in r.text
+    cards = {m.id: m for m in srv.client.models.list().data}
+    assert cards["policy"].model_extra["parent"] == srv.model
+    assert cards[srv.model].model_extra["max_model_len"] == 512
+
+    ids_a, lps_a = _greedy(srv, "policy")
+    assert ids_a != base_ids
+    peft_a = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(tiny_test_model, dtype=torch.float32),
+        adapters["a"]).eval()
+    assert lps_a == pytest.approx(ref_logprobs(PROMPT, ids_a, model=peft_a), abs=1e-4)
+    assert _greedy(srv, srv.model)[0] == base_ids  # the base model is untouched
+
+    r = srv.http.post("/v1/load_lora_adapter",
+                      json={"lora_name": "policy", "lora_path": str(adapters["b"])})
+    assert r.status_code == 200
+    ids_b, _ = _greedy(srv, "policy")
+    assert ids_b != ids_a
+
+    r = srv.http.post("/v1/unload_lora_adapter", json={"lora_name": "policy"})
+    assert r.status_code == 200 and "removed successfully" in r.text
+    assert _greedy(srv, srv.model)[0] == base_ids
+    gone = srv.http.post("/v1/completions", json={"model": "policy", "prompt": PROMPT})
+    assert gone.status_code == 404 and "does not exist" in gone.json()["error"]["message"]
+
+
+@pytest.mark.timeout(60)
+def test_lora_errors(lora_server, adapters, tmp_path) -> None:
+    srv = lora_server
+    missing = srv.http.post("/v1/load_lora_adapter",
+                            json={"lora_name": "x", "lora_path": str(tmp_path / "none")})
+    assert missing.status_code == 404
+    empty = srv.http.post("/v1/load_lora_adapter", json={"lora_name": "", "lora_path": ""})
+    assert empty.status_code == 400
+    big = srv.http.post("/v1/load_lora_adapter",
+                        json={"lora_name": "big", "lora_path": str(adapters["big"])})
+    assert big.status_code == 400 and "max_lora_rank" in big.json()["error"]["message"]
+    unknown = srv.http.post("/v1/unload_lora_adapter", json={"lora_name": "never"})
+    assert unknown.status_code == 404
+    assert srv.http.get("/health").status_code == 200
+
+
+@pytest.mark.timeout(60)
+def test_strict_reload_needs_load_inplace_like_vllm(tiny_test_model, adapters, serve_factory
+                                                    ) -> None:
+    with serve_factory(tiny_test_model, strict_lora_reload=True) as srv:
+        body = {"lora_name": "policy", "lora_path": str(adapters["a"])}
+        assert srv.http.post("/v1/load_lora_adapter", json=body).status_code == 200
+        again = srv.http.post("/v1/load_lora_adapter", json=body)
+        assert again.status_code == 400 and "already been loaded" in again.text
+        inplace = srv.http.post("/v1/load_lora_adapter", json={**body, "load_inplace": True})
+        assert inplace.status_code == 200
+        assert srv.metric("mcprl_inference_lora_loads_total") == 2
