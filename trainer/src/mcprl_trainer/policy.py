@@ -105,10 +105,14 @@ class PolicyClient:
             raise PolicyError(f"{url}: {exc.message}") from exc
 
     async def load_adapter(self, name: str, path: str) -> None:
-        """Load (or replace) the LoRA served as ``name`` from ``path`` (seen by the engine)."""
+        """Load (or replace) the LoRA served as ``name`` from ``path`` (seen by the engine).
+
+        ``load_inplace`` makes vLLM >= 0.11 replace an adapter of the same name instead of
+        answering 400; our engine and older vLLM accept it too.
+        """
 
         await self._command(f"{self.base_url}/load_lora_adapter",
-                            json={"lora_name": name, "lora_path": path})
+                            json={"lora_name": name, "lora_path": path, "load_inplace": True})
 
     async def unload_adapter(self, name: str) -> None:
         await self._command(f"{self.base_url}/unload_lora_adapter", json={"lora_name": name})
