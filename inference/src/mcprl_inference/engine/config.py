@@ -41,6 +41,8 @@ class EngineConfig:
     """Decode attention kernel: ``sdpa``, ``matmul`` or ``auto`` (``sdpa``)."""
     fuse: str = "auto"
     """Fused decode kernels: ``none``, ``norm`` (fused RMSNorm), ``norm+rotary`` (adds a
-    ``torch.compile``d rotary embedding); ``auto``: ``norm+rotary`` on CUDA, ``none`` on CPU."""
+    ``torch.compile``d rotary embedding); ``auto``: ``norm`` on CUDA (the setting verified by
+    the GPU correctness tests; ``norm+rotary`` benchmarked faster but is not yet verified
+    there), ``none`` on CPU."""
     profile: bool = False
     """Time the decode forward and the sampler separately with CUDA events (benchmarks)."""

@@ -44,7 +44,7 @@ class ModelRunner:
                  fuse: str = "auto") -> None:
         register_attention()
         if fuse == "auto":
-            fuse = "norm+rotary" if device.type == "cuda" else "none"
+            fuse = "norm" if device.type == "cuda" else "none"
         self.fusions = fusions.install(model, norm="norm" in fuse, rotary="rotary" in fuse)
         set_decode_kernel("sdpa" if decode_attention == "auto" else decode_attention)
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
