@@ -21,7 +21,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
 .PHONY: help setup test lint fmt demo bench serve-mcp serve-inference serve-scenario-gen \
-	serve-judge tiny-model warm-start stack up down clean
+	serve-judge tiny-model warm-start train stack up up-cpu down lock clean
 
 help:  ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -48,8 +48,10 @@ test: setup tiny-model  ## lint, then the whole test suite (unit + integration o
 	$(BIN)/ruff check .
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-bench: setup  ## benchmarks (print JSON)
-	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+bench: setup tiny-model  ## CPU benchmarks, each prints JSON (ours next to a baseline)
+	$(PY) bench/bench_mcp_server.py --quick
+	$(PY) bench/bench_inference.py
+	$(PY) bench/bench_trainer.py
 
 demo: setup  ## the whole loop on this machine (see README)
 	$(PY) -m mcprl_demo
@@ -68,6 +70,25 @@ serve-judge: setup  ## the judge (JUDGE_PORT, default 8920)
 
 tiny-model: setup  ## build the tiny test/learn models under models/ (deterministic, offline)
 	@if [ -f inference/pyproject.toml ]; then $(PY) -m mcprl_inference.tiny_model --out $(MODELS); fi
+
+train: setup tiny-model  ## one GRPO run: CONFIG=configs/tiny-cpu.yaml [RESUME=1]
+	$(BIN)/mcprl-train --config $(or $(CONFIG),configs/tiny-cpu.yaml) $(if $(RESUME),--resume)
+
+stack: setup tiny-model  ## the services as local processes (same env names as compose); Ctrl-C stops them
+	$(BIN)/mcprl-stack up
+
+up:  ## docker compose: the stack on an NVIDIA GPU host (cp .env.example .env to change settings)
+	docker compose up -d
+
+up-cpu: tiny-model  ## docker compose on CPU: our engine + the tiny model instead of vLLM
+	docker compose -f compose.yaml -f compose.cpu.yaml up -d
+
+down:  ## stop the compose stack (named volumes are kept; add -v to delete them)
+	docker compose --profile inventory --profile train down
+
+lock: setup  ## rewrite constraints.txt from the installed environment
+	(echo "# Lock of every third-party package (transitive too). Regenerate: make lock"; \
+	 $(BIN)/pip freeze --exclude-editable | grep -vE "^(torch|mcprl)") > constraints.txt
 
 clean:  ## remove the venv, caches and generated models
 	rm -rf $(VENV) $(MODELS) .pytest_cache .ruff_cache .hypothesis
