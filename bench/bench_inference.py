@@ -30,16 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "inference" / "src"))
 
 import torch  # noqa: E402
+from model_shapes import QWEN25_3B  # noqa: E402  (bench/, the script's own folder)
 
 from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
 H200_COPY_BYTES_PER_S = 4.24e12  # anchors file: device-to-device copy, read + write bytes
-QWEN25_3B = {
-    "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
-    "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
-    "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6,
-}  # fmt: skip
 
 
 def build_random_qwen(device: torch.device, dtype: torch.dtype, layers: int | None = None) -> Any:

@@ -36,6 +36,7 @@ for sub in ("common/src", "inference/src", "trainer/src"):
     sys.path.insert(0, str(REPO / sub))
 
 import torch  # noqa: E402
+from model_shapes import QWEN25_3B  # noqa: E402  (bench/, the script's own folder)
 
 from mcprl_trainer.config import LoraSettings, TrainConfig  # noqa: E402
 from mcprl_trainer.grpo import GRPOUpdater, TrainSample, _collate  # noqa: E402
@@ -47,12 +48,6 @@ from mcprl_trainer.modeling import (  # noqa: E402
     token_logprobs,
 )
 
-QWEN25_3B = {
-    "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
-    "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
-    "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6,
-}  # fmt: skip
 ANCHOR_TOKENS_PER_S = {"4x2048": 14060, "8x4096": 14703}  # measured plain HF+peft step, H200
 
 

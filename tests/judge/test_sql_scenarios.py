@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from mcprl_judge.testing import sql_trajectory
 from mcprl_mcp_server.testing import read_sql, serve_mcp
 from mcprl_scenario_gen.app import create_app as create_scenario_app
 from mcprl_scenario_gen.settings import Settings as ScenarioSettings
+from mcprl_scenario_gen.testing import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -43,11 +43,7 @@ def sql_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[S
                                                       "n": 40, "seed": 7, "val_fraction": 0.2})
         assert resp.status_code == 202, resp.text
         set_id = resp.json()["id"]
-        deadline = time.monotonic() + 90
-        while (status := client.get(f"/v1/scenario-sets/{set_id}").json())["status"] not in (
-                "succeeded", "failed", "cancelled"):
-            assert time.monotonic() < deadline, status
-            time.sleep(0.1)
+        status = wait_finished(client, set_id, timeout_s=90)
         assert status["status"] == "succeeded", status
         scenarios = [Scenario.model_validate(s)
                      for split in ("train", "val")

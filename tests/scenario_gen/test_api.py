@@ -13,6 +13,7 @@ from mcprl_common.settings import UpstreamSettings
 from mcprl_mcp_server.testing import read_sql
 from mcprl_scenario_gen.app import create_app
 from mcprl_scenario_gen.settings import Settings
+from mcprl_scenario_gen.testing import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -25,16 +26,6 @@ def api(settings: Settings) -> Iterator[httpx.Client]:
     with UvicornThread(create_app(settings, generator=generator)) as srv, httpx.Client(
             base_url=srv.url, timeout=30) as client:
         yield client
-
-
-def wait_finished(client: httpx.Client, set_id: str, timeout_s: float = 60) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        body = client.get(f"/v1/scenario-sets/{set_id}").json()
-        if body["status"] in ("succeeded", "failed", "cancelled"):
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"{set_id} did not finish: {body}")
 
 
 def test_create_poll_fetch_and_metrics(api: httpx.Client, company) -> None:

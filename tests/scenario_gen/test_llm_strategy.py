@@ -32,6 +32,7 @@ from mcprl_scenario_gen.settings import Settings
 from mcprl_scenario_gen.store import ScenarioStore
 from mcprl_scenario_gen.strategies import GenerationContext, GenerationParams
 from mcprl_scenario_gen.strategies.llm import LlmStrategy
+from mcprl_scenario_gen.testing import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 MODEL = "tiny-test"
@@ -126,11 +127,7 @@ def test_fallback_without_json_schema_fails_cleanly_over_http(company, engine,
                                                       "n": 3, "json_schema": "off"})
         assert resp.status_code == 202, resp.text
         set_id = resp.json()["id"]
-        deadline = time.monotonic() + 90
-        while (status := client.get(f"/v1/scenario-sets/{set_id}").json())["status"] not in (
-                "succeeded", "failed", "cancelled"):
-            assert time.monotonic() < deadline, status
-            time.sleep(0.2)
+        status = wait_finished(client, set_id, timeout_s=90, poll_s=0.2)
         assert status["status"] == "failed"
         error = status["error"]
         assert error.startswith("llm_output: ") and "prompt-only fallback" in error

@@ -7,8 +7,33 @@ logging are configured the same way everywhere.
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field, SecretStr
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def split_csv(value: object) -> object:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``; lists and other values pass through unchanged."""
+
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def blank_to_none(value: object) -> object:
+    """An unset-looking value (``None``, ``""``, spaces) -> ``None``, so ``X_TOKEN=`` means off."""
+
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return value
+
+
+# A list field read from one comma-separated variable (``MCP_ALLOWED_HOSTS=a,b``) rather than
+# pydantic-settings' JSON for complex types: ``hosts: CsvList = Field(default_factory=list)``.
+CsvList = Annotated[list[str], NoDecode, BeforeValidator(split_csv)]
+# An optional secret (e.g. a bearer token) where an empty variable means "not set".
+OptionalSecret = Annotated[SecretStr | None, BeforeValidator(blank_to_none)]
 
 
 class ServiceSettings(BaseSettings):

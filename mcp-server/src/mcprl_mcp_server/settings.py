@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import NoDecode, SettingsConfigDict
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
 
-from mcprl_common.settings import ServiceSettings
+from mcprl_common.settings import CsvList, OptionalSecret, ServiceSettings
 
 Preset = Literal["default", "tutorial"]
 
@@ -56,17 +56,17 @@ class Settings(ServiceSettings):
         description="Validate Host and Origin headers on /mcp, /sse and /messages "
         "(DNS-rebinding protection). Loopback names are always allowed.",
     )
-    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+    allowed_hosts: CsvList = Field(
         default_factory=list,
         description="Extra Host header values accepted (comma-separated; wildcards like "
         "'*.example.com'; e.g. the compose service name 'mcp-server').",
     )
-    allowed_origins: Annotated[list[str], NoDecode] = Field(
+    allowed_origins: CsvList = Field(
         default_factory=list,
         description="Browser Origins accepted besides same-origin and loopback "
         "(comma-separated, e.g. 'https://app.example.com').",
     )
-    auth_token: SecretStr | None = Field(
+    auth_token: OptionalSecret = Field(
         None,
         description="If set, /mcp, /sse and /messages require 'Authorization: Bearer <token>'. "
         "/healthz and /metrics stay open for probes and Prometheus.",
@@ -74,17 +74,3 @@ class Settings(ServiceSettings):
     session_idle_timeout_s: float = Field(
         900.0, gt=0, description="Streamable HTTP sessions idle this long are closed."
     )
-
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
-    @classmethod
-    def _split_csv(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("auth_token", mode="before")
-    @classmethod
-    def _empty_token_is_none(cls, value: object) -> object:
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return None
-        return value

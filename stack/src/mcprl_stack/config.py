@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mcprl_common.settings import CsvList
 from mcprl_stack.services import DEFAULT_SERVICES, SERVICES
 
 
@@ -24,7 +25,7 @@ class StackConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STACK_", extra="ignore", env_file=None,
                                       populate_by_name=True)
 
-    services: Annotated[list[str], NoDecode] = Field(
+    services: CsvList = Field(
         default_factory=lambda: list(DEFAULT_SERVICES),
         description="Services to run, comma-separated (mcp-server, inventory-mcp, inference, "
         "scenario-gen, judge, trainer). A dependency left out is expected elsewhere.",
@@ -70,13 +71,6 @@ class StackConfig(BaseSettings):
         default_factory=dict, description="Extra environment for every service (JSON); wins "
         "over everything else.",
     )
-
-    @field_validator("services", mode="before")
-    @classmethod
-    def _split_csv(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
 
     @model_validator(mode="after")
     def _known(self) -> StackConfig:

@@ -183,16 +183,28 @@ class RunConfig(_Section):
     )
     keep_checkpoints: int = Field(0, ge=0, description="Keep the last N checkpoints; 0 = all.")
     save_rollouts: bool = Field(True, description="Write each step's trajectories as JSONL.")
-    reward: RewardConfig = Field(default_factory=RewardConfig)
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    mcp: McpConfig = Field(default_factory=McpConfig)
-    judge: JudgeConfig = Field(default_factory=JudgeConfig)
-    scenarios: ScenarioSourceConfig
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    lora: LoraSettings = Field(default_factory=LoraSettings)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    status: StatusConfig = Field(default_factory=StatusConfig)
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig, description="How the judge combines reward components."
+    )
+    policy: PolicyConfig = Field(
+        default_factory=PolicyConfig, description="The engine that samples rollouts."
+    )
+    mcp: McpConfig = Field(default_factory=McpConfig, description="The MCP server under training.")
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The judge service.")
+    scenarios: ScenarioSourceConfig = Field(
+        ..., description="Where the train/val scenarios come from (required)."
+    )
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig, description="Limits and sampling of agent rollouts."
+    )
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="The LoRA adapter.")
+    train: TrainConfig = Field(
+        default_factory=TrainConfig, description="Loss, optimizer and micro-batching."
+    )
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Periodic evaluation.")
+    status: StatusConfig = Field(
+        default_factory=StatusConfig, description="Status server (/healthz, /metrics)."
+    )
 
     @property
     def run_dir(self) -> Path:

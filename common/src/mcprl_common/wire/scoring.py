@@ -21,9 +21,13 @@ class RewardConfig(BaseModel):
     is clipped to [0, 1].
     """
 
-    mode: RewardMode = "ruler"
-    ruler_weight: float = Field(0.5, ge=0)
-    verifiable_weight: float = Field(0.5, ge=0)
+    mode: RewardMode = Field(
+        "ruler", description="Reward mode: 'ruler', 'verifiable' or 'weighted' (both)."
+    )
+    ruler_weight: float = Field(0.5, ge=0, description="Weight of RULER's score in 'weighted'.")
+    verifiable_weight: float = Field(
+        0.5, ge=0, description="Weight of the ground-truth check in 'weighted'."
+    )
     malformed_tool_call_penalty: float = Field(0.1, ge=0, description="Per malformed call.")
     turn_limit_penalty: float = Field(0.1, ge=0, description="When max_turns was reached.")
     no_answer_penalty: float = Field(0.0, ge=0, description="When complete_task was never called.")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import NoDecode, SettingsConfigDict
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
 
-from mcprl_common.settings import ServiceSettings
+from mcprl_common.settings import CsvList, OptionalSecret, ServiceSettings
 
 
 class Settings(ServiceSettings):
@@ -38,30 +37,16 @@ class Settings(ServiceSettings):
     busy_timeout_s: float = Field(
         5.0, gt=0, description="How long a write waits for SQLite's lock before failing."
     )
-    auth_token: SecretStr | None = Field(
+    auth_token: OptionalSecret = Field(
         None, description="Optional bearer token required on /mcp; never logged."
     )
-    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+    allowed_hosts: CsvList = Field(
         default_factory=list,
         description="Extra Host header values accepted on /mcp (comma-separated, wildcards "
         "allowed, e.g. 'inventory-mcp:*' in compose). Loopback is always allowed.",
     )
-    allowed_origins: Annotated[list[str], NoDecode] = Field(
+    allowed_origins: CsvList = Field(
         default_factory=list,
         description="Browser Origins accepted on /mcp besides same-origin and loopback "
         "(comma-separated).",
     )
-
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
-    @classmethod
-    def _split_csv(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("auth_token", mode="before")
-    @classmethod
-    def _empty_token_is_none(cls, value: object) -> object:
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return None
-        return value
