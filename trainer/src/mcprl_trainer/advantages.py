@@ -39,8 +39,25 @@ def group_advantages(rewards: Sequence[float], *, scale: bool = True) -> GroupAd
 
 
 def shuffle_within_group(rewards: Sequence[float], rng: random.Random) -> list[float]:
-    """A control: the same reward values, assigned to the wrong rollouts."""
+    """A control: the same reward values, assigned to the wrong rollouts.
+
+    When the group's rewards are not all equal, the result is a permutation that moves at
+    least one value to another rollout (an identity draw is redrawn), so every group with
+    signal really loses it; the multiset of rewards, and so the reward distribution, is kept.
+    """
 
     out = list(rewards)
-    rng.shuffle(out)
-    return out
+    if len(set(out)) < 2:
+        return out  # nothing to move: all equal (a zero-variance group stays one)
+    while True:
+        rng.shuffle(out)
+        if out != list(rewards):
+            return out
+
+
+def shuffled_group_rewards(rewards: Sequence[float], *, seed: int, step: int,
+                           group: int) -> list[float]:
+    """The shuffled-reward control's rewards for group ``group`` of step ``step``: a pure
+    function of ``(seed, step, group)``, so a resumed or re-run control sees the same ones."""
+
+    return shuffle_within_group(rewards, random.Random(f"{seed}/shuffle/{step}/{group}"))

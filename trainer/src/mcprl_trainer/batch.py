@@ -7,11 +7,10 @@ counted, as are groups that failed (rollout or judge infrastructure).
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from mcprl_trainer.advantages import group_advantages, shuffle_within_group
+from mcprl_trainer.advantages import group_advantages, shuffled_group_rewards
 from mcprl_trainer.config import TrainConfig
 from mcprl_trainer.evaluate import rollout_stats
 from mcprl_trainer.groups import GroupBatch
@@ -44,7 +43,7 @@ def build_step_batch(batch: GroupBatch, train: TrainConfig, *, seed: int, step: 
         rewards_all += rewards
         results_all += group.results
         if train.shuffle_rewards:
-            rewards = shuffle_within_group(rewards, random.Random(f"{seed}/shuffle/{step}/{gi}"))
+            rewards = shuffled_group_rewards(rewards, seed=seed, step=step, group=gi)
         adv = group_advantages(rewards, scale=train.scale_advantages)
         if adv.zero_variance:
             zero_variance += 1

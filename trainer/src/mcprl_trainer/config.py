@@ -143,7 +143,10 @@ class TrainConfig(_Section):
     skip_zero_variance: bool = Field(True, description="Drop groups whose rewards are all equal.")
     scale_advantages: bool = Field(True, description="Divide (r - mean) by (std + 1e-6).")
     shuffle_rewards: bool = Field(
-        False, description="Control runs only: permute rewards within each group."
+        False, description="Control runs only (the shuffled-reward control of a learning "
+        "experiment): permute the rewards within each group before advantages, seeded by "
+        "(seed, step, group), so the reward distribution is unchanged but carries no signal "
+        "about which rollout earned it (advantages.shuffled_group_rewards)."
     )
     device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda:0'...")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(

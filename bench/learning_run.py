@@ -1,0 +1,516 @@
+"""Does the RL loop teach tool use? Held-out success before and after GRPO, against a
+shuffled-reward control and three ablations, in one command on one machine (issue 9).
+
+Everything runs here, on loopback: the company MCP server, our engine (CUDA when present),
+the judge (verifiable rewards) and one ``mcprl-train`` process per run. Steps:
+
+1. warm start: ``--warm-start PATH`` reuses a checkpoint (e.g. demo/checkpoints/warm-start);
+   without it the demo's recipe (``mcprl_demo.warmstart``, ``--warmstart-config``) builds one
+   under ``--out``, its SFT data minus the RL set's val templates and entities;
+2. a ``sql`` scenario set (scenario-gen's strategy against the MCP server) split with
+   templates AND entities held out: val asks questions RL training never saw;
+3. held-out success of the warm start (greedy, verifiable checker), once;
+4. the arms, each run with the same budget (``--budget-s`` wall clock, then SIGTERM: the
+   trainer stops after its current step; ``--max-steps`` at most): ``grpo`` (3 seeds),
+   ``shuffled`` (rewards permuted within each group: same distribution, no signal), ``g8``
+   (group size 8 vs grpo's 4), ``no-skip`` (zero-variance groups trained), ``kl`` (KL on);
+   up to ``--parallel`` runs at once against the one engine (a LoRA each);
+5. held-out success of each run's last adapter; JSON on stdout (per arm: mean and spread
+   over seeds, reward variance, advantage stats, clip fraction, KL), files under ``--out``,
+   and with ``--write-docs`` the learning-run section of docs/results.md.
+
+CPU smoke (tiny-test model, 2 steps, a few scenarios, one seed per arm; ~2 min on 2 cores)::
+
+    .venv/bin/python bench/learning_run.py --smoke --arms grpo,shuffled
+
+On one H200 (the GPU image lacks some wheels: ``make gpu-wheels`` fills .whl/ first; the
+device command carries [".whl"] and must fit one 10-minute command. All 9 runs at once share
+the engine (same contention for every arm): ~30 s services and scenarios, ~20 s
+before-eval, 240 s budget + the step in flight, ~30 s after-evals; ~6-7 min in all)::
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl && \
+    export PYTHONPATH=/tmp/site:$(printf "$PWD/%s/src:" common inference mcp-server \
+      scenario-gen judge trainer demo stack) HF_HUB_OFFLINE=1 && \
+    python3 bench/learning_run.py --device cuda --warm-start demo/checkpoints/warm-start \
+      --budget-s 240 --parallel 9 --out $OUT/learning --write-docs
+
+(``$OUT`` comes back: the JSON, the curves PNG, every run's metrics and logs, and the docs
+section, which ``--write-docs`` writes into docs/results.md of the device's copy and also as
+``$OUT/learning/results-section.md`` to paste here. Building the warm start in the same
+command instead of ``--warm-start`` adds the recipe: ~3 min of CPU stages + ~4 min of SFT.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC_DIRS = [ROOT / d / "src" for d in ("common", "inference", "mcp-server", "scenario-gen",
+                                       "judge", "trainer", "demo", "stack")]
+for _src in SRC_DIRS:  # no install needed (the GPU box has the wheels on PYTHONPATH only)
+    if str(_src) not in sys.path:
+        sys.path.insert(1, str(_src))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import learning_report as report  # noqa: E402
+import yaml  # noqa: E402
+
+from mcprl_common.process import ServiceProcess, free_port  # noqa: E402
+
+DB_SEED = 42
+
+
+@dataclass
+class Arm:
+    """One experimental condition: trainer config overrides, run once per seed."""
+
+    name: str
+    seeds: int
+    overrides: dict[str, Any] = field(default_factory=dict)
+    why: str = ""
+
+
+def default_arms(control_seeds: int) -> dict[str, Arm]:
+    return {a.name: a for a in (
+        Arm("grpo", 3, {}, "GRPO as configured (G=4, zero-variance groups skipped, no KL)"),
+        Arm("shuffled", control_seeds, {"train": {"shuffle_rewards": True}},
+            "control: rewards permuted within each group"),
+        Arm("g8", 1, {"group_size": 8}, "group size 8 (vs grpo's 4)"),
+        Arm("no-skip", 1, {"train": {"skip_zero_variance": False}},
+            "zero-variance groups not skipped"),
+        Arm("kl", 1, {"train": {"kl_coef": 0.05}}, "KL(policy || warm start), k3, coef 0.05"),
+    )}
+
+
+COMPARISONS = {  # name -> (arm a, arm b): mean success after of a minus b
+    "grpo - shuffled (signal)": ("grpo", "shuffled"),
+    "g8 - g4": ("g8", "grpo"),
+    "skip on - off": ("grpo", "no-skip"),
+    "kl on - off": ("kl", "grpo"),
+}
+
+
+def say(msg: str) -> None:
+    print(f"[learning-run {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+# -- services ---------------------------------------------------------------------------------
+class Services:
+    """The loopback services, as ``python -m`` children (no console scripts needed), each in
+    its own process group and stopped when the run ends. Also the demo recipe's service
+    provider (``mcp_url(db_seed)``) when the warm start is built here."""
+
+    def __init__(self, out: Path, exits: ExitStack, env: dict[str, str]) -> None:
+        self.out = out
+        self.exits = exits
+        self.env = env
+        self._mcp: dict[int, str] = {}
+
+    def start(self, name: str, module: str, env: dict[str, str], health: str,
+              timeout_s: float = 300.0) -> str:
+        port = free_port()
+        prefix = {"mcp": "MCP_", "inference": "INFERENCE_", "judge": "JUDGE_"}[name.split("-")[0]]
+        url = f"http://127.0.0.1:{port}"
+        proc = ServiceProcess(name, [sys.executable, "-m", module],
+                              env={**self.env, **env, f"{prefix}HOST": "127.0.0.1",
+                                   f"{prefix}PORT": str(port)},
+                              health_url=url + health, log_path=self.out / "logs" / f"{name}.log",
+                              cwd=ROOT)
+        proc.start(timeout_s)
+        self.exits.callback(proc.stop)
+        return url
+
+    def mcp_url(self, db_seed: int | None = None) -> str:
+        seed = DB_SEED if db_seed is None else db_seed
+        if seed not in self._mcp:
+            data = self.out / "data"
+            data.mkdir(parents=True, exist_ok=True)
+            url = self.start(f"mcp-server-{seed}", "mcprl_mcp_server",
+                             {"MCP_DB_PRESET": "default", "MCP_DB_SEED": str(seed),
+                              "MCP_DB_PATH": str(data / f"company-{seed}.db"),
+                              "MCP_LOG_LEVEL": "warning"}, "/healthz")
+            self._mcp[seed] = url + "/mcp"
+        return self._mcp[seed]
+
+    def engine(self, model: Path, device: str, max_loras: int) -> tuple[str, str]:
+        url = self.start("inference", "mcprl_inference",
+                         {"INFERENCE_MODEL": str(model), "INFERENCE_DEVICE": device,
+                          "INFERENCE_MAX_LORAS": str(max_loras),
+                          "INFERENCE_LOG_LEVEL": "warning"}, "/health", timeout_s=600)
+        import httpx
+
+        served = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+        return url + "/v1", served
+
+    def judge(self, engine_url: str, served: str) -> str:
+        return self.start("judge", "mcprl_judge",
+                          {"JUDGE_BASE_URL": engine_url, "JUDGE_MODEL": served,
+                           "JUDGE_CACHE_PATH": str(self.out / "data" / "judge-cache.sqlite3"),
+                           "JUDGE_LOG_LEVEL": "warning"}, "/healthz")
+
+
+# -- scenarios and warm start ---------------------------------------------------------------
+def make_scenarios(services: Services, out: Path, n: int, seed: int, val_fraction: float):
+    from mcprl_demo.scenario_sets import generate_sql_set
+
+    set_id = f"sql-db{DB_SEED}-n{n}-s{seed}-hte"
+    train, val = asyncio.run(generate_sql_set(
+        services.mcp_url(), out / "scenarios" / set_id, n=n, seed=seed,
+        val_fraction=val_fraction, holdout_templates=True, holdout_entities=True,
+        db_seed=DB_SEED))
+    if not train or not val:
+        raise SystemExit(f"scenario set {set_id}: {len(train)} train / {len(val)} val; "
+                         "raise --scenarios")
+    return set_id, train, val
+
+
+def build_warm_start(services: Services, args: argparse.Namespace, val: list) -> Path:
+    """The demo's recipe (scenarios -> scripted expert -> SFT), minus anything the RL val
+    split holds out, so held-out really means never seen, in SFT or RL."""
+
+    from mcprl_demo import warmstart as ws_mod
+    from mcprl_demo.scenario_sets import write_set
+    from mcprl_demo.warmstart_config import load_warmstart_config
+
+    over: dict[str, Any] = {"work_dir": str(args.out / "warmstart"),
+                            "output_dir": str(args.out / "warmstart" / "model"),
+                            "sft.device": "cpu" if args.device == "cpu" else "auto"}
+    if args.smoke:
+        over.update({"base.path": str(ROOT / "models" / "tiny-test"), "base.spec": None,
+                     "scenarios.n": 40, "scenarios.train_db_seeds": [1], "sft.steps": 2,
+                     "sft.batch_size": 4, "sft.log_every": 1})
+    over.update(dict(args.warmstart_set))
+    cfg = load_warmstart_config(args.warmstart_config, over)
+    ws = ws_mod.Workspace(cfg)
+    ws.root.mkdir(parents=True, exist_ok=True)
+    ws_mod.stage_scenarios(ws, services)
+    templates = {s.template for s in val}
+    entities = {e for s in val for e in s.entities}
+    train = ws_mod._load_split(ws, "train")
+    kept = [s for s in train if s.template not in templates and not set(s.entities) & entities]
+    write_set(ws.set_dir, kept, ws_mod._load_split(ws, "val"))
+    say(f"warm start: {len(kept)} of {len(train)} SFT scenarios kept (RL val templates and "
+        "entities removed)")
+    ws_mod.stage_expert(ws, services)
+    ws_mod.stage_sft(ws)
+    return cfg.output_dir.resolve()
+
+
+# -- runs -------------------------------------------------------------------------------------
+@dataclass
+class Ctx:
+    args: argparse.Namespace
+    base_trainer: dict[str, Any]
+    warm: Path
+    engine_url: str
+    served: str
+    mcp_url: str
+    judge_url: str
+    set_id: str
+    val: list
+    renderer: Any
+    eval_settings: Any
+    child_env: dict[str, str]
+
+
+async def heldout(ctx: Ctx, model: str) -> dict[str, Any]:
+    from mcprl_demo.heldout import evaluate_heldout
+
+    res = await evaluate_heldout(ctx.val, base_url=ctx.engine_url, model=model,
+                                 mcp_url=ctx.mcp_url, renderer=ctx.renderer,
+                                 settings=ctx.eval_settings, concurrency=ctx.args.eval_concurrency,
+                                 seed=0)
+    return res.as_dict()
+
+
+def trainer_config(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
+    a = ctx.args
+    cfg = _merge(ctx.base_trainer, {
+        "name": f"{arm.name}-s{seed}", "seed": seed, "model": str(ctx.warm),
+        "output_dir": str(a.out / "runs"), "steps": a.max_steps, "keep_checkpoints": 1,
+        "save_rollouts": a.save_rollouts,
+        "policy": {"base_url": ctx.engine_url, "model": ctx.served},
+        "mcp": {"url": ctx.mcp_url}, "judge": {"url": ctx.judge_url},
+        "scenarios": {"dir": str(a.out / "scenarios"), "set_id": ctx.set_id, "url": None},
+        "reward": {"mode": "verifiable"}, "eval": {"every": 0},
+        "status": {"enabled": False},
+        "train": {"device": "cpu" if a.device == "cpu" else "auto"},
+    })
+    return _merge(cfg, arm.overrides)
+
+
+def run_one(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
+    """One trainer process under the budget, then held-out success of its last adapter."""
+
+    from mcprl_trainer.checkpoint import latest_checkpoint
+    from mcprl_trainer.policy import PolicyClient
+
+    a = ctx.args
+    cfg = trainer_config(ctx, arm, seed)
+    run_dir = a.out / "runs" / cfg["name"]
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    cfg_path = a.out / "configs" / f"{cfg['name']}.yaml"
+    cfg_path.parent.mkdir(parents=True, exist_ok=True)
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    log_path = a.out / "logs" / f"train-{cfg['name']}.log"
+    started = time.monotonic()
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "mcprl_trainer.cli", "--config",
+                                 str(cfg_path), "--no-progress"], cwd=ROOT, env=ctx.child_env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        stopped = False
+        try:
+            proc.wait(a.budget_s)
+        except subprocess.TimeoutExpired:  # budget spent: stop after the current step
+            stopped = True
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(a.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    seconds = time.monotonic() - started
+    rows = report.read_jsonl(run_dir / "metrics.jsonl")
+    run: dict[str, Any] = {"arm": arm.name, "seed": seed, "name": cfg["name"],
+                           "exit_code": proc.returncode, "budget_stopped": stopped,
+                           "seconds": round(seconds, 1), "train": report.summarize_steps(rows),
+                           "after": None}
+    latest = latest_checkpoint(run_dir)
+    if latest is None:
+        run["error"] = f"no checkpoint (see {log_path})"
+        say(f"{cfg['name']}: no step finished in {seconds:.0f}s; see {log_path}")
+        return run
+
+    async def evaluate_last() -> dict[str, Any]:
+        policy = PolicyClient(ctx.engine_url)
+        name = f"{cfg['name']}-final"
+        try:
+            await policy.load_adapter(name, str(latest.path.resolve()))
+            res = await heldout(ctx, name)
+            await policy.unload_adapter(name)
+            return res
+        finally:
+            await policy.aclose()
+
+    run["after"] = asyncio.run(evaluate_last())
+    run["checkpoint_step"] = latest.step
+    say(f"{cfg['name']}: {len(rows)} steps in {seconds:.0f}s, held-out success "
+        f"{run['after']['success_rate']:.3f}")
+    return run
+
+
+# -- main -------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny-test model, 2 steps, few scenarios, 1 seed per arm (CPU, minutes)")
+    p.add_argument("--arms", default="", help="comma-separated subset of "
+                   "grpo,shuffled,g8,no-skip,kl (default all)")
+    p.add_argument("--seeds", type=int, help="seeds of every arm (default: 3 for grpo, "
+                   "--control-seeds for shuffled, 1 for the ablations)")
+    p.add_argument("--control-seeds", type=int, default=3)
+    p.add_argument("--budget-s", type=float, default=120.0, help="wall clock per run")
+    p.add_argument("--max-steps", type=int, default=200, help="steps per run at most")
+    p.add_argument("--stop-grace-s", type=float, default=90.0,
+                   help="after the budget, time to finish the current step before SIGKILL")
+    p.add_argument("--parallel", type=int, default=0,
+                   help="runs at once (default: 3 on CUDA, 1 on CPU)")
+    p.add_argument("--scenarios", type=int, default=400, help="sql scenarios generated")
+    p.add_argument("--val-fraction", type=float, default=0.25)
+    p.add_argument("--eval-max", type=int, default=64, help="val scenarios evaluated at most")
+    p.add_argument("--eval-concurrency", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0, help="scenario set seed")
+    p.add_argument("--warm-start", type=Path, help="reuse this checkpoint (HF model dir)")
+    p.add_argument("--build-warm-start", action="store_true",
+                   help="with --smoke: run the demo's recipe at toy size instead of using "
+                   "models/tiny-test as the warm start")
+    p.add_argument("--warmstart-config", type=Path, default=ROOT / "configs" / "warmstart.yaml")
+    p.add_argument("--warmstart-set", action="append", default=[], metavar="KEY=VALUE",
+                   type=lambda s: (s.partition("=")[0], yaml.safe_load(s.partition("=")[2])),
+                   help="override a warm-start recipe field, e.g. sft.steps=300")
+    p.add_argument("--trainer-config", type=Path, default=ROOT / "configs" / "demo.yaml",
+                   help="run config whose `trainer:` section (or whole file) is the base")
+    p.add_argument("--set", dest="trainer_set", action="append", default=[], metavar="KEY=VALUE",
+                   type=lambda s: (s.partition("=")[0], yaml.safe_load(s.partition("=")[2])),
+                   help="override a trainer field for every arm, e.g. train.lr=2e-4")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "learning")
+    p.add_argument("--save-rollouts", action="store_true",
+                   help="keep every step's trajectories (runs/*/rollouts/; large)")
+    p.add_argument("--write-docs", action="store_true", help="update docs/results.md")
+    args = p.parse_args(argv)
+    args.out = args.out.resolve()
+    if args.device == "auto":
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.smoke:
+        args.max_steps = min(args.max_steps, 2)
+        args.scenarios = min(args.scenarios, 40)
+        args.eval_max = min(args.eval_max, 4)
+        args.seeds = 1
+    if not args.parallel:
+        args.parallel = 3 if args.device == "cuda" else 1
+    return args
+
+
+def base_trainer_config(args: argparse.Namespace) -> dict[str, Any]:
+    data = yaml.safe_load(args.trainer_config.read_text()) or {}
+    base = dict(data.get("trainer", data))
+    if args.smoke:  # the tiny-test model babbles: short turns keep the smoke in minutes
+        base = _merge(base, {"group_size": 2, "groups_per_step": 2,
+                             "rollout": {"max_turns": 2, "max_tokens_per_turn": 24,
+                                         "min_tokens_per_turn": 8, "concurrency": 4},
+                             "train": {"micro_batch_tokens": 4096}})
+    for key, value in args.trainer_set:
+        node: dict[str, Any] = {}
+        cur = node
+        parts = key.split(".")
+        for part in parts[:-1]:
+            cur = cur.setdefault(part, {})
+        cur[parts[-1]] = value
+        base = _merge(base, node)
+    return base
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.monotonic()
+    arms = default_arms(args.control_seeds)
+    if args.arms:
+        wanted = [x.strip() for x in args.arms.split(",") if x.strip()]
+        unknown = [x for x in wanted if x not in arms]
+        if unknown:
+            raise SystemExit(f"unknown arm(s) {unknown}; known: {', '.join(arms)}")
+        arms = {k: arms[k] for k in wanted}
+    if args.seeds:
+        for arm in arms.values():
+            arm.seeds = args.seeds
+    args.out.mkdir(parents=True, exist_ok=True)
+    base_trainer = base_trainer_config(args)
+    threads = max(1, (os.cpu_count() or 2) // (args.parallel + 1)) if args.device == "cpu" else 2
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join([*map(str, SRC_DIRS), os.environ.get("PYTHONPATH", "")])}
+    for var in ("POLICY_BASE_URL", "POLICY_MODEL", "MCP_URL", "JUDGE_URL", "SCENARIO_GEN_URL"):
+        env.pop(var, None)  # the trainer is wired by its YAML only
+    env = {k: v for k, v in env.items() if not k.startswith("TRAINER_")}
+    seconds: dict[str, float] = {}
+
+    def lap(name: str, since: float) -> float:
+        now = time.monotonic()
+        seconds[name] = round(now - since, 1)
+        return now
+
+    with ExitStack() as exits:
+        services = Services(args.out, exits, env)
+        mark = time.monotonic()
+        set_id, train, val = make_scenarios(services, args.out, args.scenarios, args.seed,
+                                            args.val_fraction)
+        say(f"scenarios {set_id}: {len(train)} train / {len(val)} val")
+        mark = lap("scenarios", mark)
+        if args.warm_start:
+            warm = args.warm_start.resolve()
+        elif args.smoke and not args.build_warm_start:
+            warm = (ROOT / "models" / "tiny-test").resolve()  # smoke: skip the recipe
+        else:  # the recipe reports on stdout: keep stdout for the JSON alone
+            with contextlib.redirect_stdout(sys.stderr):
+                warm = build_warm_start(services, args, val)
+        mark = lap("warm_start", mark)
+        engine_url, served = services.engine(warm, args.device, max_loras=2 * args.parallel + 2)
+        judge_url = services.judge(engine_url, served)
+        mark = lap("services", mark)
+        from transformers import AutoTokenizer
+
+        from mcprl_demo.heldout import rollout_settings
+        from mcprl_trainer.config import RolloutConfig
+        from mcprl_trainer.rendering import ChatRenderer
+
+        ro = RolloutConfig(**(base_trainer.get("rollout") or {}))
+        ctx = Ctx(args, base_trainer, warm, engine_url, served, services.mcp_url(), judge_url,
+                  set_id, sorted(val, key=lambda s: s.id)[: args.eval_max],
+                  ChatRenderer(AutoTokenizer.from_pretrained(warm)),
+                  rollout_settings(ro, temperature=0.0), env)
+        before = asyncio.run(heldout(ctx, served))
+        say(f"warm start: held-out success {before['success_rate']:.3f} on {before['n']}")
+        mark = lap("before_eval", mark)
+        jobs = [(arm, seed) for arm in arms.values() for seed in range(arm.seeds)]
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            done = list(pool.map(lambda job: run_one(ctx, *job), jobs))
+        lap("runs", mark)
+    by_arm: dict[str, list[dict[str, Any]]] = {name: [] for name in arms}
+    for run in done:
+        by_arm[run["arm"]].append(run)
+    summary = report.aggregate(by_arm, before["success_rate"])
+    means = {k: v["after"]["mean"] for k, v in summary.items()}
+    comparisons = {name: means[x] - means[y] for name, (x, y) in COMPARISONS.items()
+                   if means.get(x) is not None and means.get(y) is not None}
+    png = report.plot_curves(by_arm, before["success_rate"], args.out / "curves.png")
+    seconds["total"] = round(time.monotonic() - t0, 1)
+    import torch
+
+    result = {
+        "bench": "learning_run", "finished_at": time.strftime("%Y-%m-%d %H:%M"),
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+        "json_path": str(args.out / "learning_run.json"),
+        "setup": {"warm_start": str(warm), "set_id": set_id,
+                  "warm_start_sft_excludes_val": (
+                      "yes: built here without the val templates and entities"
+                      if not args.warm_start and warm.name != "tiny-test" else
+                      "unknown: a reused checkpoint may have seen the val templates in SFT"),
+                  "db_seed": DB_SEED,
+                  "train": len(train), "val": len(val), "eval_n": len(ctx.val),
+                  "val_templates": sorted({s.template or "?" for s in val}),
+                  "train_templates": sorted({s.template or "?" for s in train}),
+                  "budget_s": args.budget_s, "max_steps": args.max_steps,
+                  "parallel": args.parallel, "smoke": args.smoke,
+                  "group_size": base_trainer.get("group_size"),
+                  "groups_per_step": base_trainer.get("groups_per_step"),
+                  "lr": (base_trainer.get("train") or {}).get("lr"),
+                  "arms": {k: {"seeds": v.seeds, "overrides": v.overrides, "why": v.why}
+                           for k, v in arms.items()}},
+        "before": before, "arms": summary, "comparisons": comparisons,
+        "runs": done, "curves_png": str(png) if png else None, "seconds": seconds,
+    }
+    (args.out / "learning_run.json").write_text(json.dumps(result, indent=2, default=str))
+    if args.write_docs:
+        command = "python3 bench/learning_run.py " + " ".join(
+            a for a in (argv if argv is not None else sys.argv[1:]))
+        doc_png = None
+        if png:
+            doc_png = ROOT / "docs" / "img" / "learning-run.png"
+            doc_png.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, doc_png)
+        section = report.results_section(result, command,
+                                         "img/learning-run.png" if doc_png else None)
+        (args.out / "results-section.md").write_text(section)
+        report.write_results_section(ROOT / "docs" / "results.md", section)
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""bench/learning_run.py --smoke end to end on the CPU: real MCP server, engine, judge and
+trainer processes on loopback, tiny-test model; checks the JSON the GPU run will print."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARMS = ["grpo", "shuffled", "no-skip"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_smoke_run_reports_every_arm(tmp_path: Path) -> None:
+    out = tmp_path / "learning"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "learning_run.py"), "--smoke", "--device", "cpu",
+         "--arms", ",".join(ARMS), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=220)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)  # stdout is the JSON alone
+    assert result == {k: v for k, v in json.loads((out / "learning_run.json").read_text())
+                      .items() if k != "runs"}
+    setup = result["setup"]
+    assert setup["train"] > 0 and setup["val"] > 0 and setup["eval_n"] > 0
+    # held out: val templates (and so val scenarios) never appear in RL training
+    assert not set(setup["val_templates"]) & set(setup["train_templates"])
+    assert 0.0 <= result["before"]["success_rate"] <= 1.0
+    assert result["before"]["n"] == setup["eval_n"]
+    assert list(result["arms"]) == ARMS
+    for name, arm in result["arms"].items():
+        assert arm["runs"] == 1 and arm["failed"] == 0, name
+        assert arm["before"] == result["before"]["success_rate"]
+        assert 0.0 <= arm["after"]["mean"] <= 1.0
+        assert arm["gain"]["mean"] == pytest.approx(arm["after"]["mean"] - arm["before"])
+        assert arm["train"]["steps"] == 2  # the smoke's step budget, reached
+        assert arm["train"]["reward_std"] is not None and arm["train"]["reward_std"] >= 0
+        assert 0.0 <= arm["train"]["zero_variance_fraction"] <= 1.0
+    # no-skip trains every group, so the update ran and reported its statistics
+    assert result["arms"]["no-skip"]["train"]["clip_fraction"] is not None
+    assert result["arms"]["no-skip"]["train"]["loss"] is not None
+    assert "grpo - shuffled (signal)" in result["comparisons"]
+    assert (out / "curves.png").stat().st_size > 0
+    for run in ("grpo-s0", "shuffled-s0", "no-skip-s0"):
+        config = (out / "configs" / f"{run}.yaml").read_text()
+        assert ("shuffle_rewards: true" in config) == run.startswith("shuffled")
+        assert len((out / "runs" / run / "metrics.jsonl").read_text().splitlines()) == 2
