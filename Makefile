@@ -21,7 +21,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
 .PHONY: help setup test lint fmt demo bench serve-mcp serve-inference serve-scenario-gen \
-	serve-judge tiny-model warm-start train stack up up-cpu down lock clean
+	serve-judge tiny-model warm-start train stack up up-cpu down gpu-wheels learning-smoke lock clean
 
 help:  ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -85,6 +85,14 @@ up-cpu: tiny-model  ## docker compose on CPU: our engine + the tiny model instea
 
 down:  ## stop the compose stack (named volumes are kept; add -v to delete them)
 	docker compose --profile inventory --profile train down
+
+gpu-wheels:  ## wheels the H200 image lacks, into .whl/ (carried by device runs; see bench/learning_run.py)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 -d .whl -r bench/gpu-requirements.txt
+
+learning-smoke: setup tiny-model  ## the issue-9 experiment at toy scale on CPU (prints JSON)
+	$(PY) bench/learning_run.py --smoke --arms grpo,shuffled
 
 lock: setup  ## rewrite constraints.txt from the installed environment
 	(echo "# Lock of every third-party package (transitive too). Regenerate: make lock"; \
