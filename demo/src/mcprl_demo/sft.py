@@ -1,0 +1,332 @@
+"""Full-parameter supervised fine-tuning on expert token records, loss on assistant tokens only.
+
+Inputs are JSONL rows ``{"input_ids": [...], "mask": [...]}`` written by
+:mod:`mcprl_demo.sft_data` with the trainer's own renderer, so the model learns exactly the
+token sequences the trainer's agent loop samples and parses. Only torch, transformers and
+the standard library are imported here: this stage runs on a bare GPU box as well as on a
+laptop CPU (device ``auto``: CUDA with bf16 autocast when present, fp32 on CPU).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                   "special_tokens_map.json", "generation_config.json")
+
+
+@dataclass(frozen=True)
+class SftExample:
+    input_ids: list[int]
+    mask: list[int]  # 1 where the token is the assistant's (trained), 0 elsewhere
+
+    def __post_init__(self) -> None:
+        if len(self.input_ids) != len(self.mask):
+            raise ValueError("input_ids and mask differ in length")
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.mask)
+
+
+@dataclass
+class SftSettings:
+    """Hyper-parameters of one SFT run (``sft:`` in configs/warmstart*.yaml)."""
+
+    steps: int = 400  # optimizer steps
+    batch_size: int = 16  # sequences per optimizer step
+    micro_batch_tokens: int = 16384  # padded tokens per forward pass (gradient accumulation)
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1  # cosine decay to lr * min_lr_ratio
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    max_grad_norm: float = 1.0
+    max_len: int = 4096  # longer examples are dropped (never truncated mid-turn)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | float32 | bfloat16
+    threads: int = 0  # torch CPU threads; 0 = leave torch's default
+    log_every: int = 10
+    seed: int = 0
+    init: str = "random"  # random: seeded fresh init of the base's config | weights: its weights
+    save_dtype: str = "float32"  # float32 | bfloat16 (half the size, e.g. to ship or carry)
+    save_at: list = field(default_factory=list)  # extra checkpoints <out>-step<N> at these steps
+    # Run the prefix every example shares (system prompt + tool schemas: ~60% of the tokens)
+    # once per micro-batch and the rest of each example through its KV cache, repeated per
+    # row. Exact (the gradients of all rows flow back into the one prefix pass) and ~2-3x
+    # less work on a CPU.
+    shared_prefix: bool = False
+    extra: dict = field(default_factory=dict)  # forward-compatible knobs, recorded only
+
+
+def load_examples(path: Path) -> list[SftExample]:
+    rows = []
+    with path.open() as fh:
+        for line in fh:
+            if line.strip():
+                data = json.loads(line)
+                rows.append(SftExample(data["input_ids"], data["mask"]))
+    return rows
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def lr_at(step: int, s: SftSettings) -> float:
+    """Linear warm-up, then cosine decay to ``lr * min_lr_ratio`` at the last step."""
+
+    if step < s.warmup_steps:
+        return s.lr * (step + 1) / max(1, s.warmup_steps)
+    span = max(1, s.steps - s.warmup_steps)
+    progress = min(1.0, (step - s.warmup_steps) / span)
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * cosine)
+
+
+def batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
+    """Endless epochs of shuffled indices, cut into batches (seeded: reproducible order)."""
+
+    rng = random.Random(seed)
+    order: list[int] = []
+    while True:
+        if len(order) < batch_size:
+            fresh = list(range(n))
+            rng.shuffle(fresh)
+            order += fresh
+        yield order[:batch_size]
+        order = order[batch_size:]
+
+
+def micro_batches(examples: Sequence[SftExample], idx: list[int], budget: int) -> list[list[int]]:
+    """Split a batch so each forward pass holds at most ``budget`` padded tokens."""
+
+    idx = sorted(idx, key=lambda i: -len(examples[i].input_ids))
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in idx:
+        n = len(examples[i].input_ids)
+        if cur and (len(cur) + 1) * max(longest, n) > budget:
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def collate(examples: Sequence[SftExample], pad_id: int, device: torch.device):
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (-100 off the mask)."""
+
+    width = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(examples), width), dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    for row, ex in enumerate(examples):
+        n = len(ex.input_ids)
+        ids[row, :n] = torch.tensor(ex.input_ids)
+        att[row, :n] = 1
+        m = torch.tensor(ex.mask, dtype=torch.bool)
+        labels[row, :n] = torch.where(m, ids[row, :n], torch.full_like(ids[row, :n], -100))
+    return ids.to(device), att.to(device), labels.to(device)
+
+
+def shared_prefix_len(examples: Sequence[SftExample]) -> int:
+    """Length of the token prefix all examples share, stopped before any trained token and
+    leaving at least one untrained token after it (the suffix's first token is no target)."""
+
+    first = examples[0].input_ids
+    n = min(len(e.input_ids) for e in examples) - 1
+    for e in examples[1:]:
+        ids = e.input_ids
+        i = 0
+        while i < n and ids[i] == first[i]:
+            i += 1
+        n = i
+    for e in examples:
+        while n > 0 and any(e.mask[: n + 1]):
+            n -= 1
+    return max(0, n)
+
+
+def prefix_cache(model, prefix: torch.Tensor, rows: int):
+    """The KV cache of ``prefix`` computed once and repeated for ``rows`` sequences; it stays
+    in the autograd graph, so every row's loss reaches the prefix pass (exact gradients)."""
+
+    cache = model(input_ids=prefix[None], use_cache=True).past_key_values
+    cache.batch_repeat_interleave(rows)
+    return cache
+
+
+def masked_nll_sum(model, ids: torch.Tensor, att: torch.Tensor, labels: torch.Tensor,
+                   past_key_values=None) -> tuple[torch.Tensor, int]:
+    """Summed next-token NLL over labelled positions, and how many there were.
+
+    Logits are computed only where the next token is trained (``logits_to_keep``): most of a
+    sequence is system prompt and tool output, which never needs the vocabulary projection.
+    """
+
+    target = labels[:, 1:]
+    keep = (target != -100).any(dim=0).nonzero(as_tuple=True)[0]
+    if keep.numel() == 0:
+        return ids.new_zeros((), dtype=torch.float32), 0
+    logits = model(input_ids=ids, attention_mask=att, logits_to_keep=keep,
+                   past_key_values=past_key_values,
+                   use_cache=past_key_values is not None).logits.float()
+    picked = target[:, keep]
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), picked.reshape(-1), ignore_index=-100,
+        reduction="sum")
+    return loss, int((picked != -100).sum())
+
+
+@dataclass
+class SftResult:
+    steps: int
+    seconds: float
+    tokens_seen: int  # padded tokens through forward+backward
+    trained_tokens: int  # assistant tokens the loss was computed on
+    final_loss: float
+    losses: list[tuple[int, float]]
+    device: str
+    parameters: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_seen / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict:
+        return {"steps": self.steps, "seconds": round(self.seconds, 2),
+                "tokens_seen": self.tokens_seen, "trained_tokens": self.trained_tokens,
+                "tokens_per_s": round(self.tokens_per_s, 1), "final_loss": self.final_loss,
+                "device": self.device, "parameters": self.parameters,
+                "losses": [[s, round(v, 5)] for s, v in self.losses]}
+
+
+def load_model(base: Path, seed: int, device: torch.device, init: str = "random"):
+    """The model SFT starts from: a seeded random init of the base's config (the tiny models
+    are random anyway, and a config-only base dir keeps a GPU carry small), or its weights.
+    The init runs on the CPU, so the same seed gives the same start on any device."""
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    if init == "weights":
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    elif init == "random":
+        config = AutoConfig.from_pretrained(base)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    else:
+        raise ValueError(f"sft.init must be 'random' or 'weights', got {init!r}")
+    return model.to(device)
+
+
+def train(
+    examples: Sequence[SftExample],
+    base: Path,
+    out_dir: Path,
+    settings: SftSettings,
+    *,
+    progress: Callable[[int, float, float], None] | None = None,
+) -> SftResult:
+    """Fine-tune every parameter of ``base`` on ``examples``; save an HF model dir."""
+
+    if not examples:
+        raise ValueError("no SFT examples")
+    if settings.threads > 0:
+        torch.set_num_threads(settings.threads)
+    random.seed(settings.seed)
+    device = resolve_device(settings.device)
+    use_bf16 = settings.dtype == "bfloat16" or (settings.dtype == "auto" and device.type == "cuda")
+    save_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[settings.save_dtype]
+    model = load_model(base, settings.seed, device, settings.init)
+    model.train()
+    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "norm" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "norm" in n]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.lr, betas=settings.betas, fused=device.type == "cuda")
+    batch_iter = batches(len(examples), min(settings.batch_size, len(examples)), settings.seed)
+    plen = shared_prefix_len(examples) if settings.shared_prefix else 0
+    prefix = torch.tensor(examples[0].input_ids[:plen], device=device)
+    if plen:
+        examples = [SftExample(e.input_ids[plen:], e.mask[plen:]) for e in examples]
+        log.info("shared prefix of %d tokens computed once per micro-batch", plen)
+    losses: list[tuple[int, float]] = []
+    tokens_seen = trained = 0
+    running = None
+    started = time.perf_counter()
+    for step in range(settings.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, settings)
+        idx = next(batch_iter)
+        n_trained = sum(examples[i].trained_tokens for i in idx)
+        step_loss = 0.0
+        for mb in micro_batches(examples, idx, settings.micro_batch_tokens):
+            ids, att, labels = collate([examples[i] for i in mb], pad_id, device)
+            ctx = (torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16
+                   else torch.autocast("cpu", enabled=False))
+            with ctx:
+                cache = None
+                if plen:
+                    cache = prefix_cache(model, prefix, len(mb))
+                    att = torch.cat([att.new_ones(len(mb), plen), att], dim=1)
+                loss_sum, _ = masked_nll_sum(model, ids, att, labels, cache)
+            (loss_sum / max(1, n_trained)).backward()
+            step_loss += float(loss_sum.detach())
+            tokens_seen += ids.numel() + (plen * len(mb))
+        trained += n_trained
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        mean = step_loss / max(1, n_trained)
+        running = mean if running is None else 0.9 * running + 0.1 * mean
+        if step + 1 in settings.save_at and step + 1 < settings.steps:
+            save(model, base, out_dir.with_name(f"{out_dir.name}-step{step + 1}"), save_dtype)
+        if step % settings.log_every == 0 or step == settings.steps - 1:
+            losses.append((step, mean))
+            if progress is not None:
+                progress(step, mean, time.perf_counter() - started)
+            else:
+                log.info("sft step %d loss %.4f lr %.2e", step, mean, lr_at(step, settings))
+    seconds = time.perf_counter() - started
+    save(model, base, out_dir, save_dtype)
+    return SftResult(settings.steps, seconds, tokens_seen, trained, float(running or 0.0),
+                     losses, str(device), sum(p.numel() for p in model.parameters()))
+
+
+def save(model, base: Path, out_dir: Path, dtype: torch.dtype = torch.float32) -> None:
+    """Write a copy of the model (``dtype``) and the base's tokenizer files atomically."""
+
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model = copy.deepcopy(model).to("cpu", dtype=dtype)  # the trained one stays as it is
+    model.config.use_cache = True
+    model.config.dtype = str(dtype).removeprefix("torch.")
+    model.save_pretrained(tmp, safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        src = base / name
+        if src.exists() and not (tmp / name).exists():
+            shutil.copy2(src, tmp / name)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)

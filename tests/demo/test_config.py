@@ -1,0 +1,74 @@
+"""The demo's and the warm start's configs: validation, overrides, the hosted-judge switch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mcprl_demo.config import load_demo_config
+from mcprl_demo.warmstart_config import (
+    ConfigError,
+    load_warmstart_config,
+    trainer_rollout_section,
+)
+from mcprl_trainer.config import RolloutConfig, RunConfig
+
+pytestmark = pytest.mark.timeout(30)
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "configs" / "demo.yaml"
+WARM = REPO / "configs" / "warmstart.yaml"
+
+
+def test_shipped_configs_validate() -> None:
+    loaded = load_demo_config(DEMO, env={})
+    assert not loaded.hosted and loaded.strategy == "sql"
+    # The trainer section is a valid run config once the demo fills in the wiring.
+    run = RunConfig.model_validate({**loaded.trainer, "model": "m",
+                                    "scenarios": {"url": "http://x", "set_id": "s"}})
+    assert run.reward.mode == "verifiable" and run.eval.temperature == 0.0
+    warm = load_warmstart_config(WARM)
+    assert warm.trainer_config == Path("configs/demo.yaml")
+    # The demonstrations are rendered with exactly the demo's rollout settings.
+    ro = RolloutConfig(**trainer_rollout_section(REPO / warm.trainer_config))
+    assert ro == run.rollout
+
+
+def test_quick_and_overrides(tmp_path: Path) -> None:
+    loaded = load_demo_config(DEMO, quick=True, env={},
+                              overrides={"trainer.group_size": 8, "demo.seed": 3})
+    assert loaded.trainer["steps"] == 2 and loaded.demo.scenarios == 24
+    assert loaded.trainer["group_size"] == 8 and loaded.demo.seed == 3
+    with pytest.raises(ValueError, match="scenarios"):
+        load_demo_config(DEMO, env={}, overrides={"demo.scenarios": 1})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"demo": {"no_such_key": 1}, "trainer": {}}))
+    with pytest.raises(ValueError, match="no_such_key"):
+        load_demo_config(bad, env={})
+
+
+def test_hosted_judge_switches_to_ruler_and_llm_scenarios() -> None:
+    env = {"JUDGE_BASE_URL": "https://judge.example/v1", "JUDGE_API_KEY": "sk-test-123456"}
+    loaded = load_demo_config(DEMO, env=env)
+    assert loaded.hosted and loaded.strategy == "llm"
+    assert loaded.trainer["reward"]["mode"] == "ruler"
+    assert loaded.trainer["eval"]["success_threshold"] == pytest.approx(0.7)
+    sql = load_demo_config(DEMO, env=env, overrides={"demo.hosted.strategy": "sql"})
+    assert sql.strategy == "sql" and sql.trainer["reward"]["mode"] == "weighted"
+    # A URL without a key is not a hosted judge.
+    assert not load_demo_config(DEMO, env={"JUDGE_BASE_URL": "https://x/v1"}).hosted
+
+
+def test_warmstart_config_rejects_unknown_keys_and_bad_values(tmp_path: Path) -> None:
+    cfg = tmp_path / "w.yaml"
+    cfg.write_text(yaml.safe_dump({"sft": {"stepz": 3}}))
+    with pytest.raises(ConfigError, match="stepz"):
+        load_warmstart_config(cfg)
+    with pytest.raises(ConfigError, match="noise"):
+        load_warmstart_config(None, {"expert.noise": 2})
+    with pytest.raises(ConfigError, match="number"):
+        load_warmstart_config(None, {"sft.lr": "fast"})
+    ok = load_warmstart_config(WARM, {"sft.steps": 7, "scenarios.train_db_seeds": [1]})
+    assert ok.sft.steps == 7 and ok.scenarios.train_db_seeds == [1]
+    assert ok.set_id != load_warmstart_config(WARM).set_id  # the set id names the data

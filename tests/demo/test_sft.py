@@ -1,0 +1,125 @@
+"""SFT on assistant tokens only, on the real tiny model (CPU, seconds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from mcprl_demo.sft import (
+    SftExample,
+    SftSettings,
+    collate,
+    load_examples,
+    lr_at,
+    masked_nll_sum,
+    micro_batches,
+    prefix_cache,
+    shared_prefix_len,
+    train,
+)
+from mcprl_trainer.rendering import ChatRenderer
+
+pytestmark = pytest.mark.timeout(120)
+CALL = {"role": "assistant", "content": "", "tool_calls": [
+    {"type": "function", "function": {"name": "list_tables", "arguments": {}}}]}
+
+
+def _example(renderer: ChatRenderer, task: str) -> tuple[SftExample, list[int]]:
+    history = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": task}]
+    prompt = renderer.initial_prompt(history, None).ids
+    turn = renderer.assistant_turn(history, CALL, None).ids
+    return SftExample(prompt + turn, [0] * len(prompt) + [1] * len(turn)), turn
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_test_model: Path) -> ChatRenderer:
+    return ChatRenderer(AutoTokenizer.from_pretrained(tiny_test_model))
+
+
+def test_loss_counts_only_masked_targets(tiny_test_model: Path, renderer) -> None:
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_test_model)
+    ex, turn = _example(renderer, "How many tables are there?")
+    ids, att, labels = collate([ex], pad_id=0, device=torch.device("cpu"))
+    loss, n = masked_nll_sum(model, ids, att, labels)
+    assert n == len(turn) and loss.item() > 0
+    # Dropping the mask of one target removes exactly its term.
+    half = SftExample(ex.input_ids, [*ex.mask[:-1], 0])
+    _, n_half = masked_nll_sum(model, *collate([half], 0, torch.device("cpu")))
+    assert n_half == n - 1
+
+
+def test_micro_batches_respect_the_token_budget() -> None:
+    exs = [SftExample([1] * n, [1] * n) for n in (50, 40, 30, 20, 10)]
+    groups = micro_batches(exs, list(range(5)), budget=80)
+    assert sorted(i for g in groups for i in g) == list(range(5))
+    for g in groups:
+        assert len(g) == 1 or len(g) * max(len(exs[i].input_ids) for i in g) <= 80
+
+
+def test_lr_schedule_warms_up_then_decays() -> None:
+    s = SftSettings(steps=100, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0, s) == pytest.approx(1e-4)
+    assert lr_at(9, s) == pytest.approx(1e-3)
+    assert lr_at(99, s) < lr_at(50, s) < lr_at(10, s)
+    assert lr_at(100, s) == pytest.approx(1e-4)
+
+
+def test_sft_teaches_the_tool_call_format(tiny_test_model: Path, renderer, tmp_path) -> None:
+    """From a random init, a few steps make greedy decoding produce the exact call."""
+
+    rows = [_example(renderer, f"Question {i}: which tables exist?")[0] for i in range(4)]
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": r.input_ids, "mask": r.mask}) + "\n"
+                            for r in rows))
+    examples = load_examples(data)
+    out = tmp_path / "model"
+    settings = SftSettings(steps=60, batch_size=4, lr=1e-2, warmup_steps=5, device="cpu",
+                           log_every=59, save_at=[30], save_dtype="bfloat16", threads=1)
+    result = train(examples, tiny_test_model, out, settings)
+    assert result.losses[0][1] > 4 * result.losses[-1][1]
+    assert result.trained_tokens == 60 * sum(r.trained_tokens for r in rows)
+    assert (tmp_path / "model-step30" / "config.json").exists()
+    # A saved HF model dir with the tokenizer and chat template, loadable as usual.
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    assert tok.chat_template and tok.eos_token == "<|im_end|>"
+    ex, turn = _example(ChatRenderer(tok), "Question 9: which tables exist?")
+    prompt = ex.input_ids[: len(ex.input_ids) - len(turn)]
+    with torch.no_grad():
+        gen = model.generate(torch.tensor([prompt]), max_new_tokens=len(turn) + 4,
+                             do_sample=False, eos_token_id=tok.eos_token_id)
+    assert gen[0, len(prompt):].tolist() == turn
+
+
+def test_shared_prefix_gives_the_same_loss_and_gradients(tiny_test_model: Path,
+                                                         renderer) -> None:
+    """Training through the shared prefix's cache computes what full sequences compute."""
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_test_model)
+    rows = [_example(renderer, task)[0] for task in ("How many tables?", "List every table.")]
+    plen = shared_prefix_len(rows)
+    assert 0 < plen < min(len(r.input_ids) for r in rows)
+    assert all(r.input_ids[:plen] == rows[0].input_ids[:plen] and not any(r.mask[:plen + 1])
+               for r in rows)
+    cpu = torch.device("cpu")
+    full, n_full = masked_nll_sum(model, *collate(rows, 0, cpu))
+    full.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    tails = [SftExample(r.input_ids[plen:], r.mask[plen:]) for r in rows]
+    ids, att, labels = collate(tails, 0, cpu)
+    att = torch.cat([att.new_ones(len(rows), plen), att], dim=1)
+    cache = prefix_cache(model, torch.tensor(rows[0].input_ids[:plen]), len(rows))
+    part, n_part = masked_nll_sum(model, ids, att, labels, cache)
+    assert n_part == n_full
+    assert part.item() == pytest.approx(full.item(), rel=1e-4)
+    part.backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name], rtol=1e-3, atol=1e-5, msg=name)
