@@ -53,8 +53,11 @@ bench: setup tiny-model  ## CPU benchmarks, each prints JSON (ours next to a bas
 	$(PY) bench/bench_inference.py
 	$(PY) bench/bench_trainer.py
 
-demo: setup  ## the whole loop on this machine (see README)
-	$(PY) -m mcprl_demo
+demo: setup tiny-model  ## the whole loop on this machine: eval, GRPO steps, eval (DEMO_ARGS=--quick)
+	$(PY) -m mcprl_demo $(DEMO_ARGS)
+
+warm-start: setup tiny-model  ## rebuild the demo's warm-started agent (scripted expert + SFT)
+	$(PY) -m mcprl_demo.warmstart --config configs/warmstart.yaml
 
 serve-mcp: setup  ## the company-db MCP server in the foreground (MCP_PORT, default 8903)
 	$(BIN)/mcprl-mcp-server
