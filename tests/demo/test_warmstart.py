@@ -28,7 +28,9 @@ def test_recipe_runs_every_stage(tmp_path: Path, tiny_test_model: Path, monkeypa
         "expert": {"noise": 0.0, "concurrency": 4},
         "sft": {"steps": 3, "batch_size": 2, "lr": 1e-3, "warmup_steps": 1, "device": "cpu",
                 "shared_prefix": True, "log_every": 1, "save_dtype": "bfloat16"},
-        "eval": {"max_scenarios": 2, "concurrency": 2, "base_too": False},
+        # The 3-step model emits noise: short eval rollouts, or noise runs to 6 x 160 tokens.
+        "eval": {"max_scenarios": 2, "concurrency": 2, "base_too": False, "max_turns": 2,
+                 "max_tokens_per_turn": 24},
     }
     path = tmp_path / "warmstart.yaml"
     path.write_text(yaml.safe_dump(config))

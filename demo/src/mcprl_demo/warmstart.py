@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -133,6 +134,9 @@ def ensure_base(ws: Workspace) -> Path:
 
     path.mkdir(parents=True, exist_ok=True)
     params = build_model(TinySpec(name=path.name, **spec), path, ws.cfg.seed)
+    if ws.cfg.sft.init == "random":  # SFT starts from the config: keep the dir small to carry
+        for weights in path.glob("*.safetensors"):
+            weights.unlink()
     _write_json(path / "mcprl-tiny.json", {"name": path.name, "parameters": params,
                                             "seed": ws.cfg.seed, "spec": spec})
     _say(f"built base model {path} ({params:,} parameters)")
@@ -280,13 +284,19 @@ def stage_eval(ws: Workspace, services: Services) -> dict[str, Any]:
     val = _load_split(ws, "val")[: cfg.eval.max_scenarios]
     renderer = _renderer(ws)
     settings = _rollout_settings(ws, temperature=cfg.eval.temperature)
+    if cfg.eval.max_turns or cfg.eval.max_tokens_per_turn:
+        settings = dataclasses.replace(
+            settings, max_turns=cfg.eval.max_turns or settings.max_turns,
+            max_tokens_per_turn=cfg.eval.max_tokens_per_turn or settings.max_tokens_per_turn,
+            min_tokens_per_turn=min(settings.min_tokens_per_turn,
+                                    cfg.eval.max_tokens_per_turn or settings.max_tokens_per_turn))
     results: dict[str, Any] = _read_json(ws.eval_stats) or {}
     targets = [("after_sft", cfg.output_dir)]
     if cfg.eval.base_too:
         targets.insert(0, ("base", ensure_base(ws)))
     for label, model in targets:
-        if not (model / "config.json").exists():
-            _say(f"eval: skipping {label}, {model} does not exist")
+        if not (model / "config.json").exists() or not any(model.glob("*.safetensors")):
+            _say(f"eval: skipping {label}, {model} holds no weights")
             continue
         base_url, served, stop = services.engine(model, f"engine-{label}")
         try:

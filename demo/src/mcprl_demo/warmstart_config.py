@@ -66,7 +66,8 @@ class EvalConfig:
     concurrency: int = 4
     temperature: float = 0.0
     base_too: bool = True  # also evaluate the base model (the "before SFT" number)
-    engine_timeout_s: float = 600.0
+    max_turns: int = 0  # 0: the trainer config's (shorter only to bound a smoke test)
+    max_tokens_per_turn: int = 0  # 0: the trainer config's
 
 
 @dataclass
