@@ -21,6 +21,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcprl_trainer.config import set_path
+
 DEFAULT_CONFIG = Path("configs/demo.yaml")
 
 
@@ -68,15 +70,7 @@ class LoadedConfig(BaseModel):
 
 
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
-    node = data
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = {}
-            node[part] = child
-        node = child
-    node[parts[-1]] = value
+    set_path(data, tuple(dotted.split(".")), value)
 
 
 def hosted_judge(env: Mapping[str, str]) -> bool:

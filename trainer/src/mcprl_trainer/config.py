@@ -240,7 +240,9 @@ class RunConfig(_Section):
         return yaml.safe_dump(data, sort_keys=False)
 
 
-def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+def set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set ``data[path[0]][path[1]]... = value``, creating the dicts on the way."""
+
     node = data
     for key in path[:-1]:
         child = node.get(key)
@@ -270,14 +272,14 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for var, path in ENV_ALIASES.items():
         if env.get(var):
-            _set_path(out, path, env[var])
+            set_path(out, path, env[var])
     for var, raw in env.items():
         if not var.startswith(ENV_PREFIX) or var in ENV_ALIASES:
             continue
         parts = tuple(p.lower() for p in var[len(ENV_PREFIX):].split("__"))
         if parts[0] not in fields:
             continue  # e.g. TRAINER_SOMETHING_ELSE used by other tooling
-        _set_path(out, parts, _parse_env_value(raw))
+        set_path(out, parts, _parse_env_value(raw))
     return out
 
 
