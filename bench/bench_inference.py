@@ -1,6 +1,7 @@
 """Generated tokens/s: our engine vs plain ``model.generate``, side by side in one run (JSON).
 
-CPU (default): the tiny models at batch 1/8/32.
+CPU (default): the tiny models at batch 1/8/32. ``--engines ours,lora-merged,lora-unmerged``
+adds our engine serving a LoRA adapter, merged into the weights and as peft's LoRA branch.
 GPU (the H200 figures in ../shared/anchors/h200-2026-12-02.md)::
 
     python bench/bench_inference.py --device cuda --model-shape qwen2.5-3b
@@ -18,10 +19,12 @@ runs on a GPU box without the service's web stack.
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import json
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -66,14 +69,15 @@ def prompts_for(batch: int, length: int, vocab: int, seed: int) -> list[list[int
     return torch.randint(10, vocab - 10, (batch, length), generator=g).tolist()
 
 
-def run_engine(engine: LLMEngine, prompts: list[list[int]], new_tokens: int) -> dict[str, Any]:
+def run_engine(engine: LLMEngine, prompts: list[list[int]], new_tokens: int,
+               adapter: str | None = None) -> dict[str, Any]:
     st = engine.stats
     before = (st.decode_steps, st.decode_time_s, st.prefill_time_s, st.decode_forward_s,
               st.sample_s)
     sync(engine.device)
     t0 = time.perf_counter()
     futures = [engine.add_request(p, SamplingParams(max_tokens=new_tokens, temperature=1.0,
-                                                    seed=i, ignore_eos=True))
+                                                    seed=i, ignore_eos=True), adapter)
                for i, p in enumerate(prompts)]
     outs = [f.result() for f in futures]
     sync(engine.device)
@@ -119,14 +123,47 @@ def decode_floor(model: Any, batch: int, context: int, kv_bytes_per_token: int) 
             "weights_gb": round(weights / 1e9, 2), "kv_gb": round(kv / 1e9, 2)}
 
 
+def random_adapter(model: Any, rank: int, out: Path) -> Path:
+    """A LoRA of ``rank`` on every linear layer with random (non-zero) A and B, as peft saves it."""
+
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(1)
+    peft_model = get_peft_model(copy.deepcopy(model).float(), LoraConfig(
+        r=rank, lora_alpha=2 * rank, target_modules="all-linear", init_lora_weights=False))
+    peft_model.save_pretrained(out)
+    return out
+
+
+def lora_engines(model: Any, args: argparse.Namespace, make: Any) -> dict[str, LLMEngine]:
+    """One engine per requested LoRA mode, each on its own copy of the model, serving a
+    random adapter as ``policy`` (peft wraps the model it is given in place)."""
+
+    modes = [e.removeprefix("lora-") for e in args.engines if e.startswith("lora-")]
+    if not modes:
+        return {}
+    path = random_adapter(model, args.lora_rank, Path(tempfile.mkdtemp()) / "adapter")
+    engines = {}
+    for mode in modes:
+        engines[mode] = make(copy.deepcopy(model), lora_mode=mode)
+        engines[mode].load_lora("policy", str(path)).result()
+    return engines
+
+
 def bench_model(name: str, model: Any, device: torch.device, args: argparse.Namespace
                 ) -> dict[str, Any]:
     vocab = model.get_output_embeddings().weight.shape[0]
-    engine = LLMEngine(model, None, EngineConfig(
-        max_batch_size=max(args.batches), max_model_len=args.prompt_len + args.new_tokens + 16,
-        cuda_graphs=not args.no_graphs, decode_attention=args.decode_attention,
-        max_prefill_tokens=args.max_prefill_tokens, profile=args.profile,
-        fuse=args.fuse)).start()
+
+    def make(m: Any, **extra: Any) -> LLMEngine:
+        return LLMEngine(m, None, EngineConfig(
+            max_batch_size=max(args.batches),
+            max_model_len=args.prompt_len + args.new_tokens + 16,
+            cuda_graphs=not args.no_graphs, decode_attention=args.decode_attention,
+            max_prefill_tokens=args.max_prefill_tokens, profile=args.profile,
+            fuse=args.fuse, **extra)).start()
+
+    engine = make(model)
+    loras = lora_engines(model, args, make)
     rows = []
     try:
         for batch in args.batches:
@@ -137,6 +174,9 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                 cold = run_engine(engine, prompts, args.new_tokens)
                 row["ours"] = run_engine(engine, prompts, args.new_tokens)
                 row["ours"]["first_run_tokens_per_s"] = cold["tokens_per_s"]
+            for mode, lora_engine in loras.items():
+                run_engine(lora_engine, prompts, args.new_tokens, "policy")  # warm-up
+                row[f"lora-{mode}"] = run_engine(lora_engine, prompts, args.new_tokens, "policy")
             if "generate" in args.engines:
                 run_generate(model, [p[:16] for p in prompts], 4, device)  # warm-up
                 row["generate"] = run_generate(model, prompts, args.new_tokens, device)
@@ -155,6 +195,8 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
             print(json.dumps({"model": name, **row}), file=sys.stderr, flush=True)
     finally:
         engine.shutdown()
+        for lora_engine in loras.values():
+            lora_engine.shutdown()
     return {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
             "graph_captures": engine.runner.graph_captures, "rows": rows}
 
@@ -170,7 +212,10 @@ def main() -> None:
     ap.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=None)
     ap.add_argument("--prompt-len", type=int, default=None)
     ap.add_argument("--new-tokens", type=int, default=None)
-    ap.add_argument("--engines", default="ours,generate")
+    ap.add_argument("--engines", default="ours,generate",
+                    help="comma-separated: ours, generate, lora-merged, lora-unmerged (our "
+                         "engine serving a random --lora-rank adapter on every linear layer)")
+    ap.add_argument("--lora-rank", type=int, default=8)
     ap.add_argument("--no-graphs", action="store_true", help="disable CUDA graphs (ablation)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "sdpa", "matmul"])
     ap.add_argument("--max-prefill-tokens", type=int, default=None)

@@ -1,5 +1,6 @@
 """Runtime LoRA: load changes the output (and matches peft's own forward pass), replacing
-under the same name takes the new weights, unloading restores the base model."""
+under the same name takes the new weights, unloading restores the base model. Both ways of
+running an adapter (merged into the weights, and peft's LoRA branch) are held to this."""
 
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ def adapters(tiny_test_model: Path, tmp_path_factory) -> dict[str, Path]:
             "big": _make_adapter(tiny_test_model, root / "big", 3, rank=128)}
 
 
-@pytest.fixture(scope="module")
-def lora_server(tiny_test_model: Path, serve_factory):
-    with serve_factory(tiny_test_model, max_lora_rank=64) as srv:
+@pytest.fixture(scope="module", params=["merged", "unmerged"])
+def lora_server(tiny_test_model: Path, serve_factory, request):
+    with serve_factory(tiny_test_model, max_lora_rank=64, lora_mode=request.param) as srv:
+        assert srv.thread.server.config.app.state.serving.engine.lora.merge == (
+            request.param == "merged")
         yield srv
 
 
@@ -108,3 +111,34 @@ def test_strict_reload_needs_load_inplace_like_vllm(tiny_test_model, adapters, s
         inplace = srv.http.post("/v1/load_lora_adapter", json={**body, "load_inplace": True})
         assert inplace.status_code == 200
         assert srv.metric("mcprl_inference_lora_loads_total") == 2
+
+
+@pytest.mark.timeout(120)
+def test_switching_adapters_never_drifts(lora_server, adapters, tiny_test_model,
+                                         ref_logprobs) -> None:
+    """Base, a, b, a, base, ...: each answer equals its own reference every time, so merging
+    and restoring (or peft's branch) leaves no trace of the previous adapter."""
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    srv = lora_server
+    for name in ("a", "b"):
+        r = srv.http.post("/v1/load_lora_adapter",
+                          json={"lora_name": f"sw-{name}", "lora_path": str(adapters[name])})
+        assert r.status_code == 200, r.text
+    first = {m: _greedy(srv, m) for m in (srv.model, "sw-a", "sw-b")}
+    assert len({tuple(ids) for ids, _ in first.values()}) == 3
+    for model in ("sw-b", srv.model, "sw-a", "sw-b", "sw-a", srv.model):
+        ids, lps = _greedy(srv, model)
+        assert ids == first[model][0]
+        assert lps == pytest.approx(first[model][1], abs=1e-5)
+    peft_b = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(tiny_test_model, dtype=torch.float32),
+        adapters["b"]).eval()
+    ids_b, lps_b = first["sw-b"]
+    assert lps_b == pytest.approx(ref_logprobs(PROMPT, ids_b, model=peft_b), abs=1e-4)
+    for name in ("a", "b"):
+        assert srv.http.post("/v1/unload_lora_adapter",
+                             json={"lora_name": f"sw-{name}"}).status_code == 200
+    assert _greedy(srv, srv.model)[0] == first[srv.model][0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -42,6 +44,10 @@ class InferenceSettings(ServiceSettings):
     max_loras: int = Field(8, ge=1, description="LoRA adapters loaded at once at most.")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank accepted "
                                                      "(vLLM --max-lora-rank).")
+    lora_mode: Literal["auto", "merged", "unmerged"] = Field(
+        "auto", description="Run the active adapter merged into the weights (the base model's "
+                            "speed) or as peft's LoRA branch; auto merges float32 weights only "
+                            "(bf16 would round a small delta away).")
     strict_lora_reload: bool = Field(
         False, description="As vLLM: loading a lora_name that is loaded needs "
                            "load_inplace=true (else 400). Default false: the new weights "
@@ -79,7 +85,7 @@ class InferenceSettings(ServiceSettings):
             max_model_len=self.max_model_len, max_prefill_tokens=self.max_prefill_tokens,
             kv_cache_memory_gb=self.kv_cache_memory_gb,
             gpu_memory_utilization=self.gpu_memory_utilization, cuda_graphs=self.cuda_graphs,
-            max_loras=self.max_loras, max_lora_rank=self.max_lora_rank,
+            max_loras=self.max_loras, max_lora_rank=self.max_lora_rank, lora_mode=self.lora_mode,
             max_logprobs=self.max_logprobs, seed=self.seed,
             decode_attention=self.decode_attention,
         )

@@ -33,6 +33,9 @@ class EngineConfig:
     """LoRA adapters loaded at once at most."""
     max_lora_rank: int = 64
     """Largest LoRA rank accepted (vLLM's ``--max-lora-rank``)."""
+    lora_mode: str = "auto"
+    """auto | merged | unmerged: merge the active adapter into the weights (auto: float32 only;
+    see ``engine.lora``)."""
     max_logprobs: int = 20
     """Largest ``top_logprobs`` / ``logprobs`` a request may ask for (vLLM's default 20)."""
     seed: int = 0

@@ -69,7 +69,8 @@ class LLMEngine:
                                   decode_attention=self.config.decode_attention,
                                   fuse=self.config.fuse)
         self.lora = LoraManager(model, max_loras=self.config.max_loras,
-                                max_rank=self.config.max_lora_rank)
+                                max_rank=self.config.max_lora_rank,
+                                mode=self.config.lora_mode)
         self.eos_ids = set(eos_token_ids(model, tokenizer))
         self.vocab_size = self.runner.vocab_size
         limit = self.runner.max_position

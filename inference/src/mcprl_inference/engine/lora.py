@@ -5,6 +5,14 @@ into the base model's modules in place, so the runner's references to the decode
 head stay valid. Loading a name that exists replaces it (the trainer republishes ``policy``
 every step); ``version`` changes on every load so captured CUDA graphs of the old weights are
 never replayed.
+
+Activation has two modes. ``unmerged`` runs peft's LoRA branch in every adapted linear (two
+extra matmuls and peft's Python per module). ``merged`` writes ``W0 + scale * B @ A`` into
+the base weights when the active adapter changes and runs the plain base modules: the same
+function, at the base model's speed (7x faster for a 5M model on a CPU, where per-module
+overhead dominates). Switching restores ``W0`` from a pristine copy (never subtracts), so
+nothing drifts. ``auto`` merges only float32 weights: rounding ``W0 + delta`` to bf16 would
+lose most of a small delta, and the sampler's log-probs must match the trainer's.
 """
 
 from __future__ import annotations
@@ -37,7 +45,10 @@ class Adapter:
 class LoraManager:
     """Loads, replaces, unloads and activates adapters on one base model."""
 
-    def __init__(self, model: Any, *, max_loras: int, max_rank: int) -> None:
+    def __init__(self, model: Any, *, max_loras: int, max_rank: int,
+                 mode: str = "auto") -> None:
+        if mode not in ("auto", "merged", "unmerged"):
+            raise ValueError(f"LoRA mode must be auto, merged or unmerged, got {mode!r}")
         self.base = model
         self.peft: Any = None
         self.max_loras = max_loras
@@ -45,6 +56,9 @@ class LoraManager:
         self.adapters: dict[str, Adapter] = {}
         self._versions = 0
         self._active: str | None = None
+        dtype = next(model.parameters()).dtype
+        self.merge = mode == "merged" or (mode == "auto" and str(dtype) == "torch.float32")
+        self._pristine: dict[int, Any] = {}  # id(lora layer) -> W0 (merged mode)
 
     def _read_config(self, path: str) -> dict[str, Any]:
         folder = Path(path)
@@ -90,6 +104,8 @@ class LoraManager:
         return adapter
 
     def _delete(self, name: str) -> None:
+        if self.merge:
+            self._write_weights(None)  # W0 back before peft drops the layers' adapter
         if self.peft is not None and name in self.peft.peft_config:
             self.peft.delete_adapter(name)
         self.adapters.pop(name, None)
@@ -114,9 +130,45 @@ class LoraManager:
         if self.peft is None or name == self._active:
             return
         lora_model = self.peft.base_model
-        if name is None:
+        if self.merge:
+            # Weights first, flags after: peft unmerges (subtracts) a disabled merged layer.
+            if name is not None:
+                self.peft.set_adapter(name)
+            self._write_weights(name)
+            if name is None:
+                lora_model.disable_adapter_layers()
+            else:
+                lora_model.enable_adapter_layers()
+        elif name is None:
             lora_model.disable_adapter_layers()
         else:
             lora_model.enable_adapter_layers()
             self.peft.set_adapter(name)
         self._active = name
+
+    def _lora_layers(self) -> list[Any]:
+        from peft.tuners.lora import LoraLayer
+
+        return [m for m in self.peft.modules() if isinstance(m, LoraLayer)]
+
+    def _write_weights(self, name: str | None) -> None:
+        """Base weights := W0 (+ ``name``'s delta); peft's layers then run the base only."""
+
+        import torch
+
+        if self.peft is None:
+            return
+        with torch.no_grad():
+            for layer in self._lora_layers():
+                weight = layer.get_base_layer().weight
+                w0 = self._pristine.get(id(layer))
+                if w0 is None:
+                    if not layer.merged_adapters and name is None:
+                        continue  # untouched: nothing to restore
+                    w0 = self._pristine[id(layer)] = weight.detach().clone()
+                weight.copy_(w0)
+                if name is not None and name in layer.lora_A:
+                    weight.add_(layer.get_delta_weight(name).to(weight.dtype))
+                    layer.merged_adapters = [name]
+                else:
+                    layer.merged_adapters = []
