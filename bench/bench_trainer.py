@@ -14,6 +14,10 @@ checkpointing, bf16 autocast; 14,703 tokens/s at 8 x 4096 there)::
 
     python bench/bench_trainer.py --device cuda --model-shape qwen2.5-3b --batch 8 --seq 4096
 
+The demo's case (CPU, a 5M-class model, 4 rollouts of ~2,300 tokens whose first ~1,400 are the
+shared system prompt + tools): ``--model-shape tiny-learn --batch 4 --seq 2300 --turns 5
+--trained-frac 0.06 --shared-prompt 1400 --threads 2`` adds ``ours_shared_prefix``.
+
 Rows are multi-turn agent rollouts: ``--turns`` sampled segments interleaved with prompt and
 tool-result segments; ``--trained-frac`` of the tokens are sampled (trained). ``--direction``
 also checks, on the same device and dtype, that rewarding a behaviour raises its probability.
@@ -71,16 +75,20 @@ def build_base(shape: str, device: torch.device, dtype: torch.dtype):
 
 
 def make_samples(n: int, seq: int, vocab: int, turns: int, trained_frac: float,
-                 seed: int = 0) -> list[TrainSample]:
-    """Rows of ~seq tokens: a prompt, then `turns` x (sampled segment, tool segment)."""
+                 seed: int = 0, shared: int = 0) -> list[TrainSample]:
+    """Rows of ~seq tokens: a prompt (its first ``shared`` tokens the same in every row, as a
+    system prompt + tool schemas are), then `turns` x (sampled segment, tool segment)."""
 
     rng = random.Random(seed)
+    common = [rng.randrange(vocab) for _ in range(shared)]
     out = []
     for i in range(n):
         length = int(seq * rng.uniform(0.9, 1.0))
         sampled_total = int(length * trained_frac)
         prompt = length - sampled_total - (turns - 1) * max(1, length // (8 * turns))
-        ids = [rng.randrange(vocab) for _ in range(length)]
+        if shared > prompt:
+            raise SystemExit(f"--shared-prompt {shared} is longer than the prompt ({prompt})")
+        ids = common + [rng.randrange(vocab) for _ in range(length - shared)]
         mask = [0] * length
         pos, per_turn = max(prompt, 1), sampled_total // turns
         for _ in range(turns):
@@ -217,6 +225,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--direction", action="store_true")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
+    parser.add_argument("--shared-prompt", type=int, default=0,
+                        help="tokens every row starts with; > 0 adds ours with "
+                             "train.shared_prefix (that start run once per micro-batch)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -231,14 +242,18 @@ def main() -> None:
         "trained_frac": args.trained_frac, "micro_batch_tokens": args.micro_batch_tokens,
         "gradient_checkpointing": args.gradient_checkpointing, "lora": "r=8 alpha=16 all-linear",
     }
-    for name in ("ours", "full_logits"):
+    arms = ["ours", "full_logits"] + (["ours_shared_prefix"] if args.shared_prompt else [])
+    for name in arms:
         base = build_base(args.model_shape, device, dtype)
         model = prepare_policy(base, LoraSettings(), cfg)
         samples = make_samples(args.batch, args.seq, base.config.vocab_size, args.turns,
-                               args.trained_frac)
+                               args.trained_frac, shared=args.shared_prompt)
         samples = with_sampler_logprobs(model, samples, device)
-        step = GRPOUpdater(model, cfg, 0).step if name == "ours" else \
-            FullLogitsStep(model, cfg).step
+        if name == "full_logits":
+            step = FullLogitsStep(model, cfg).step
+        else:
+            arm_cfg = cfg.model_copy(update={"shared_prefix": name == "ours_shared_prefix"})
+            step = GRPOUpdater(model, arm_cfg, 0).step
         result[name] = timed(step, samples, device, args.steps)
         del model, base, samples, step
         gc.collect()
@@ -247,6 +262,9 @@ def main() -> None:
     if "tokens_per_s" in result["ours"] and "tokens_per_s" in result["full_logits"]:
         result["speedup"] = round(result["ours"]["tokens_per_s"] /
                                   result["full_logits"]["tokens_per_s"], 3)
+    if "tokens_per_s" in result.get("ours_shared_prefix", {}):
+        result["shared_prefix_speedup"] = round(result["ours_shared_prefix"]["tokens_per_s"] /
+                                                result["ours"]["tokens_per_s"], 3)
     key = f"{args.batch}x{args.seq}"
     if args.model_shape == "qwen2.5-3b" and key in ANCHOR_TOKENS_PER_S:
         result["anchor_plain_hf_tokens_per_s"] = ANCHOR_TOKENS_PER_S[key]

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 from mcprl_trainer.advantages import group_advantages
 from mcprl_trainer.config import LoraSettings, TrainConfig
 from mcprl_trainer.grpo import GRPOUpdater, TrainSample, pack_micro_batches
-from mcprl_trainer.modeling import load_policy, token_logprobs
+from mcprl_trainer.modeling import load_policy, shared_prefix_len, token_logprobs
 from mcprl_trainer.rendering import ChatRenderer
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,6 +47,38 @@ def test_token_logprobs_match_full_log_softmax(tiny_test_model) -> None:
     want[:, 1:] = torch.gather(full[:, :-1], -1, ids[:, 1:, None]).squeeze(-1)
     assert torch.allclose(got, want * mask, atol=1e-5)
     assert got.requires_grad
+
+
+def test_shared_prefix_gives_the_same_logprobs_and_gradients(tiny_test_model) -> None:
+    """Rows sharing a 40-token start: running it once (KV cache repeated per row) gives the
+    full pass's log-probs and LoRA gradients, right padding and all."""
+
+    gen = torch.Generator().manual_seed(4)
+    shared = torch.randint(0, 1000, (40,), generator=gen)
+    ids = torch.cat([shared.expand(3, 40), torch.randint(0, 1000, (3, 20), generator=gen)], 1)
+    attn = torch.ones(3, 60, dtype=torch.long)
+    attn[1, 52:] = 0
+    mask = torch.zeros(3, 60, dtype=torch.bool)
+    mask[0, 45:50] = mask[1, 41:52] = mask[2, 55:] = True
+    assert shared_prefix_len(ids, attn, mask) == 40
+    grads = []
+    for on in (False, True):
+        model = _policy(tiny_test_model, seed=5)
+        torch.nn.init.normal_(next(p for n, p in model.named_parameters() if "lora_B" in n))
+        lp = token_logprobs(model, ids, attn, mask, shared_prefix=on)
+        lp.sum().backward()
+        grads.append((lp.detach(), torch.cat([p.grad.flatten() for n, p in
+                                              model.named_parameters() if p.grad is not None])))
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
+    assert torch.allclose(grads[0][1], grads[1][1], atol=1e-5)
+    assert grads[0][1].abs().sum() > 0
+    one_row = shared_prefix_len(ids[:1], attn[:1], mask[:1])
+    assert one_row == 0  # nothing to share
+
+
+def test_shared_prefix_refuses_gradient_checkpointing() -> None:
+    with pytest.raises(ValueError, match="shared_prefix"):
+        TrainConfig(shared_prefix=True, gradient_checkpointing=True)
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@
 Inputs are JSONL rows ``{"input_ids": [...], "mask": [...]}`` written by
 :mod:`mcprl_demo.sft_data` with the trainer's own renderer, so the model learns exactly the
 token sequences the trainer's agent loop samples and parses. Only torch, transformers and
-the standard library are imported here: this stage runs on a bare GPU box as well as on a
-laptop CPU (device ``auto``: CUDA with bf16 autocast when present, fp32 on CPU).
+the trainer's modeling helpers are imported here: this stage runs on a bare GPU box as well
+as on a laptop CPU (device ``auto``: CUDA with bf16 autocast when present, fp32 on CPU).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from mcprl_trainer.modeling import prefix_cache
 
 log = logging.getLogger(__name__)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
@@ -68,6 +70,11 @@ class SftSettings:
     # row. Exact (the gradients of all rows flow back into the one prefix pass) and ~2-3x
     # less work on a CPU.
     shared_prefix: bool = False
+    # Wall-clock budget (0: off). The schedule then runs on the larger of step / steps and
+    # elapsed / max_seconds, and training stops at whichever ends first: a GPU run that must
+    # fit its slot still gets a complete warm-up + cosine decay. Not bit-reproducible (the
+    # step count depends on the machine); the result records the steps actually done.
+    max_seconds: float = 0.0
     extra: dict = field(default_factory=dict)  # forward-compatible knobs, recorded only
 
 
@@ -87,13 +94,16 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def lr_at(step: int, s: SftSettings) -> float:
-    """Linear warm-up, then cosine decay to ``lr * min_lr_ratio`` at the last step."""
+def lr_at(step: int, s: SftSettings, elapsed_s: float = 0.0) -> float:
+    """Linear warm-up, then cosine decay to ``lr * min_lr_ratio`` at the last step (or at
+    ``max_seconds``, when a time budget is set and ends first)."""
 
     if step < s.warmup_steps:
         return s.lr * (step + 1) / max(1, s.warmup_steps)
     span = max(1, s.steps - s.warmup_steps)
     progress = min(1.0, (step - s.warmup_steps) / span)
+    if s.max_seconds > 0:
+        progress = max(progress, min(1.0, elapsed_s / s.max_seconds))
     cosine = 0.5 * (1 + math.cos(math.pi * progress))
     return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * cosine)
 
@@ -163,15 +173,6 @@ def shared_prefix_len(examples: Sequence[SftExample]) -> int:
         while n > 0 and any(e.mask[: n + 1]):
             n -= 1
     return max(0, n)
-
-
-def prefix_cache(model, prefix: torch.Tensor, rows: int):
-    """The KV cache of ``prefix`` computed once and repeated for ``rows`` sequences; it stays
-    in the autograd graph, so every row's loss reaches the prefix pass (exact gradients)."""
-
-    cache = model(input_ids=prefix[None], use_cache=True).past_key_values
-    cache.batch_repeat_interleave(rows)
-    return cache
 
 
 def masked_nll_sum(model, ids: torch.Tensor, att: torch.Tensor, labels: torch.Tensor,
@@ -274,9 +275,15 @@ def train(
     tokens_seen = trained = 0
     running = None
     started = time.perf_counter()
+    done = 0
     for step in range(settings.steps):
+        elapsed = time.perf_counter() - started
+        if settings.max_seconds > 0 and elapsed >= settings.max_seconds:
+            log.info("sft: time budget of %.0fs reached after %d steps", settings.max_seconds,
+                     step)
+            break
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings)
+            group["lr"] = lr_at(step, settings, elapsed)
         idx = next(batch_iter)
         n_trained = sum(examples[i].trained_tokens for i in idx)
         step_loss = 0.0
@@ -301,15 +308,16 @@ def train(
         running = mean if running is None else 0.9 * running + 0.1 * mean
         if step + 1 in settings.save_at and step + 1 < settings.steps:
             save(model, base, out_dir.with_name(f"{out_dir.name}-step{step + 1}"), save_dtype)
+        done = step + 1
         if step % settings.log_every == 0 or step == settings.steps - 1:
             losses.append((step, mean))
             if progress is not None:
                 progress(step, mean, time.perf_counter() - started)
             else:
-                log.info("sft step %d loss %.4f lr %.2e", step, mean, lr_at(step, settings))
+                log.info("sft step %d loss %.4f lr %.2e", step, mean, group["lr"])
     seconds = time.perf_counter() - started
     save(model, base, out_dir, save_dtype)
-    return SftResult(settings.steps, seconds, tokens_seen, trained, float(running or 0.0),
+    return SftResult(done, seconds, tokens_seen, trained, float(running or 0.0),
                      losses, str(device), sum(p.numel() for p in model.parameters()))
 
 

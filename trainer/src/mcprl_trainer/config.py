@@ -153,6 +153,19 @@ class TrainConfig(_Section):
         "auto", description="Base weights dtype; auto = bf16 on GPU (with autocast), fp32 on CPU."
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations (GPU memory).")
+    shared_prefix: bool = Field(
+        False, description="Run the start all rows of a micro-batch share (system prompt, "
+        "tools) once and the rest from its KV cache: same loss and gradients, less work when "
+        "the prompt is long next to the turns (small models on CPU). Not with "
+        "gradient_checkpointing (a recomputed pass would append to the cache twice)."
+    )
+
+    @model_validator(mode="after")
+    def _prefix_without_checkpointing(self) -> TrainConfig:
+        if self.shared_prefix and self.gradient_checkpointing:
+            raise ValueError("train.shared_prefix cannot be combined with "
+                             "train.gradient_checkpointing")
+        return self
 
 
 class EvalConfig(_Section):

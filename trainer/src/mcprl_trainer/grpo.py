@@ -134,9 +134,11 @@ class GRPOUpdater:
                 ref = None
                 if cfg.kl_coef > 0:
                     with torch.no_grad(), self._autocast(), self.model.disable_adapter():
-                        ref = token_logprobs(self.model, ids, attn, mask)
+                        ref = token_logprobs(self.model, ids, attn, mask,
+                                             shared_prefix=cfg.shared_prefix)
                 with self._autocast():
-                    logprobs = token_logprobs(self.model, ids, attn, mask)
+                    logprobs = token_logprobs(self.model, ids, attn, mask,
+                                              shared_prefix=cfg.shared_prefix)
                 loss, mb_metrics = self.loss_fn(
                     LossInputs(logprobs, old, adv, mask, ref), settings
                 )
