@@ -445,15 +445,15 @@ def main(argv: list[str] | None = None) -> int:
         mark = lap("services", mark)
         from transformers import AutoTokenizer
 
-        from mcprl_demo.heldout import rollout_settings
         from mcprl_trainer.config import RolloutConfig
         from mcprl_trainer.rendering import ChatRenderer
+        from mcprl_trainer.rollout import RolloutSettings
 
         ro = RolloutConfig(**(base_trainer.get("rollout") or {}))
         ctx = Ctx(args, base_trainer, warm, engine_url, served, services.mcp_url(), judge_url,
                   set_id, sorted(val, key=lambda s: s.id)[: args.eval_max],
                   ChatRenderer(AutoTokenizer.from_pretrained(warm)),
-                  rollout_settings(ro, temperature=0.0), env)
+                  RolloutSettings.from_config(ro, temperature=0.0), env)
         before = asyncio.run(heldout(ctx, served))
         say(f"warm start: held-out success {before['success_rate']:.3f} on {before['n']}")
         mark = lap("before_eval", mark)

@@ -138,3 +138,21 @@ def test_row_statistics(expert_run) -> None:
     assert 0 < stats["mean_trained_tokens"] < stats["mean_tokens"]
     assert stats["prompt_tokens"] > 500  # system prompt + tool schemas dominate
     assert 4 <= stats["turns_per_row"] <= 6
+
+
+def test_guess_noise_skips_the_query(expert_run, tiny_test_model: Path, tmp_path) -> None:
+    """``guess`` noise: the expert answers right after describing, without run_query, and
+    the made-up answer is wrong."""
+
+    renderer, _, demos, _, _ = expert_run
+    scenarios = [d.scenario for d in demos[:4]]
+    with serve_mcp(tmp_path, preset="default") as (mcp_url, _):
+        guessed = asyncio.run(demonstrate(scenarios, mcp_url=mcp_url, renderer=renderer,
+                                          settings=SETTINGS, noise=1.0, noise_kind="guess",
+                                          seed=0))
+    for demo in guessed:
+        names = [m["tool_calls"][0]["function"]["name"]
+                 for m in demo.result.trajectory.messages if m["role"] == "assistant"]
+        assert names[0] == "list_tables" and names[-1] == COMPLETE_TASK
+        assert "run_query" not in names and set(names[1:-1]) == {"describe_table"}
+        assert demo.noisy and not demo.correct, demo.result.trajectory.final_answer

@@ -69,6 +69,23 @@ def test_lr_schedule_warms_up_then_decays() -> None:
     assert lr_at(100, s) == pytest.approx(1e-4)
 
 
+def test_time_budget_drives_the_schedule_when_it_ends_first() -> None:
+    s = SftSettings(steps=1000, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1, max_seconds=60)
+    assert lr_at(20, s, elapsed_s=0.0) == pytest.approx(lr_at(20, SftSettings(
+        steps=1000, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)))
+    assert lr_at(20, s, elapsed_s=30.0) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))
+    assert lr_at(20, s, elapsed_s=60.0) == pytest.approx(1e-4)
+
+
+def test_training_stops_at_the_time_budget(tiny_test_model: Path, renderer, tmp_path) -> None:
+    rows = [_example(renderer, f"Question {i}: which tables exist?")[0] for i in range(2)]
+    settings = SftSettings(steps=10_000, batch_size=2, device="cpu", threads=1,
+                           max_seconds=1.5, log_every=10_000)
+    result = train(rows, tiny_test_model, tmp_path / "model", settings)
+    assert 0 < result.steps < 10_000 and result.seconds < 10
+    assert (tmp_path / "model" / "config.json").exists()
+
+
 def test_sft_teaches_the_tool_call_format(tiny_test_model: Path, renderer, tmp_path) -> None:
     """From a random init, a few steps make greedy decoding produce the exact call."""
 

@@ -79,3 +79,17 @@ def test_busy_port_is_reported_before_anything_starts(tmp_path: Path) -> None:
             stack.start()
     assert stack.processes == {}
     assert not (tmp_path / "logs" / "mcp-server.log").exists()
+
+
+def test_services_run_without_console_scripts(tmp_path: Path, monkeypatch) -> None:
+    """A box with the sources on PYTHONPATH but nothing installed (the GPU image): the stack
+    falls back to ``python -m <package>``, and names what is missing when that fails too."""
+
+    from mcprl_stack import runner
+
+    monkeypatch.setattr(runner.sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert runner._command("mcprl-mcp-server") == [str(tmp_path / "bin" / "python"), "-m",
+                                                   "mcprl_mcp_server"]
+    with pytest.raises(StackError, match="no module 'mcprl_nothing'"):
+        runner._command("mcprl-nothing")

@@ -23,6 +23,7 @@ from mcprl_common.wire import Scenario
 from mcprl_demo.answers import (
     corrupt_answer,
     format_answer,
+    guess_answer,
     last_tool_response,
     parse_json,
     tables_in_sql,
@@ -34,6 +35,7 @@ from mcprl_trainer.rendering import ChatRenderer
 from mcprl_trainer.rollout import RolloutSettings, run_rollout
 
 EXPERT_MODEL = "scripted-expert"
+NOISE_KINDS = ("corrupt", "guess")
 
 
 class ExpertError(RuntimeError):
@@ -46,6 +48,7 @@ class ExpertPlan:
 
     scenario: Scenario
     noise: bool = False
+    noise_kind: str = "corrupt"  # corrupt: a wrong copy of the result | guess: no run_query
     listed: bool = False
     tables: list[str] | None = None  # known after list_tables
     described: list[str] = field(default_factory=list)
@@ -57,12 +60,15 @@ class ScriptedExpert:
     """A :class:`mcprl_trainer.rollout.Sampler` that plays a fixed, correct strategy."""
 
     def __init__(self, scenario: Scenario, renderer: ChatRenderer, *, noise: bool = False,
-                 rng: random.Random | None = None, number_style: str = "raw") -> None:
+                 noise_kind: str = "corrupt", rng: random.Random | None = None,
+                 number_style: str = "raw") -> None:
         truth = scenario.ground_truth
         if truth is None or not truth.sql:
             raise ExpertError(f"scenario {scenario.id} has no ground-truth SQL")
+        if noise_kind not in NOISE_KINDS:
+            raise ExpertError(f"noise_kind must be one of {NOISE_KINDS}, got {noise_kind!r}")
         self.renderer = renderer
-        self.plan = ExpertPlan(scenario, noise)
+        self.plan = ExpertPlan(scenario, noise, noise_kind)
         self.rng = rng or random.Random(0)
         self.number_style = number_style
         self._seen = 0  # prompt ids already read
@@ -98,6 +104,11 @@ class ScriptedExpert:
         if todo:
             plan.described.append(todo[0])
             return "describe_table", {"table_name": todo[0]}
+        if plan.noise and plan.noise_kind == "guess":
+            # Answers without looking: a plausible value of the right shape, never read from
+            # the database. One early decision (query or not) that reward can tell apart.
+            plan.answered = guess_answer(truth.kind, truth.value, self.rng)
+            return COMPLETE_TASK, {"answer": plan.answered}
         if not plan.queried:
             plan.queried = True
             return "run_query", {"sql": truth.sql}
@@ -153,6 +164,7 @@ async def demonstrate(
     renderer: ChatRenderer,
     settings: RolloutSettings,
     noise: float = 0.0,
+    noise_kind: str = "corrupt",
     seed: int = 0,
     concurrency: int = 4,
     mcp_timeout_s: float = 30.0,
@@ -168,6 +180,7 @@ async def demonstrate(
     async def one(index: int, scenario: Scenario) -> Demonstration:
         async with gate, open_session(mcp_url, timeout_s=mcp_timeout_s) as session:
             expert = ScriptedExpert(scenario, renderer, noise=noisy[scenario.id],
+                                    noise_kind=noise_kind,
                                     rng=random.Random(f"{seed}/{scenario.id}"),
                                     number_style=number_style)
             result = await run_rollout(scenario, sampler=expert, model=EXPERT_MODEL,

@@ -15,24 +15,10 @@ from typing import Any
 
 from mcprl_common.wire import Scenario
 from mcprl_demo.expert import verify
-from mcprl_trainer.config import RolloutConfig
 from mcprl_trainer.mcp_tools import open_session
 from mcprl_trainer.policy import PolicyClient
 from mcprl_trainer.rendering import ChatRenderer
 from mcprl_trainer.rollout import RolloutSettings, run_rollout
-
-
-def rollout_settings(ro: RolloutConfig, *, temperature: float | None = None) -> RolloutSettings:
-    """The trainer's rollout settings from its config section (as its runner maps them)."""
-
-    return RolloutSettings(
-        system_prompt=ro.system_prompt, max_turns=ro.max_turns,
-        max_tokens_per_turn=ro.max_tokens_per_turn, max_context=ro.max_context,
-        min_tokens_per_turn=ro.min_tokens_per_turn,
-        tool_output_max_tokens=ro.tool_output_max_tokens,
-        temperature=ro.temperature if temperature is None else temperature,
-        top_p=1.0 if temperature is not None else ro.top_p,
-    )
 
 
 @dataclass

@@ -94,9 +94,11 @@ class Services:
         config = StackConfig(
             services=services, ports=dict.fromkeys(services, 0),
             runs_dir=self.ws.stack_dir / name, model=model or "models/tiny-learn",
-            env={"MCP_DB_PRESET": sc.db_preset,
-                 "MCP_DB_SEED": str(sc.db_seed if db_seed is None else db_seed),
-                 "INFERENCE_LOG_LEVEL": "warning", "MCP_LOG_LEVEL": "warning"},
+            env={"INFERENCE_LOG_LEVEL": "warning", "MCP_LOG_LEVEL": "warning",
+                 # the caller's engine knobs, e.g. INFERENCE_KV_CACHE_MEMORY_GB on a shared GPU
+                 **{k: v for k, v in os.environ.items() if k.startswith("INFERENCE_")},
+                 "MCP_DB_PRESET": sc.db_preset,
+                 "MCP_DB_SEED": str(sc.db_seed if db_seed is None else db_seed)},
             inherit_env=False,
         )
         stack = LocalStack(config)
@@ -152,12 +154,12 @@ def _renderer(ws: Workspace):
 
 
 def _rollout_settings(ws: Workspace, temperature: float | None = None):
-    from mcprl_demo.heldout import rollout_settings
     from mcprl_demo.warmstart_config import trainer_rollout_section
     from mcprl_trainer.config import RolloutConfig
+    from mcprl_trainer.rollout import RolloutSettings
 
     ro = RolloutConfig(**trainer_rollout_section(ws.cfg.trainer_config))
-    return rollout_settings(ro, temperature=temperature)
+    return RolloutSettings.from_config(ro, temperature=temperature)
 
 
 def stage_scenarios(ws: Workspace, services: Services) -> None:
@@ -217,8 +219,8 @@ def stage_expert(ws: Workspace, services: Services) -> dict[str, Any]:
         part = [s for s in train if _db_seed(s, cfg.scenarios.db_seed) == seed]
         demos += asyncio.run(demonstrate(
             part, mcp_url=services.mcp_url(seed), renderer=renderer, settings=settings,
-            noise=cfg.expert.noise, seed=cfg.seed, concurrency=cfg.expert.concurrency,
-            number_style=cfg.expert.number_style))
+            noise=cfg.expert.noise, noise_kind=cfg.expert.noise_kind, seed=cfg.seed,
+            concurrency=cfg.expert.concurrency, number_style=cfg.expert.number_style))
     seconds = time.perf_counter() - started
     completed = [d for d in demos if d.result.trajectory.finish_reason == "completed"]
     keep = [d for d in completed if d.correct or d.noisy or cfg.expert.include_wrong]

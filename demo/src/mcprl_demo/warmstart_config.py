@@ -9,6 +9,7 @@ demonstrations are rendered exactly as the trainer will render the agent's rollo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,10 @@ class ScenarioConfig:
 
 @dataclass
 class ExpertConfig:
-    noise: float = 0.0  # share of demonstrations whose final answer is corrupted on purpose
+    noise: float = 0.0  # share of demonstrations made wrong on purpose
+    # corrupt: the result is read, then the answer copied wrong | guess: no run_query, the
+    # answer is made up (one early decision that rewards separate: RL's easiest fix)
+    noise_kind: str = "corrupt"
     concurrency: int = 4
     include_wrong: bool = False  # also train on demonstrations the judge marks wrong
     number_style: str = "raw"  # raw: numbers copied as the result shows them | rounded
@@ -87,6 +91,8 @@ class WarmStartConfig:
         s = self.scenarios
         hold = ("t" if s.holdout_templates else "") + ("e" if s.holdout_entities else "")
         dbs = "-".join(str(x) for x in s.train_db_seeds)
+        if len(s.train_db_seeds) > 6:  # keep the folder name short: count + digest
+            dbs = f"{len(s.train_db_seeds)}x" + hashlib.sha1(dbs.encode()).hexdigest()[:6]
         return (f"sql-{s.db_preset}{s.db_seed}-n{s.n}-s{s.seed}" + (f"-h{hold}" if hold else "")
                 + (f"-db{dbs}" if dbs else "") + ("" if s.include_eval_db_train else "-x")
                 + ("" if s.exclude_val_entities else "-all"))
@@ -156,6 +162,9 @@ def load_warmstart_config(path: Path | str | None,
     config = _build(WarmStartConfig, data, "")
     if not 0 <= config.expert.noise <= 1:
         raise ConfigError("expert.noise must be in [0, 1]")
+    if config.expert.noise_kind not in ("corrupt", "guess"):
+        raise ConfigError(f"expert.noise_kind must be corrupt or guess, got "
+                          f"{config.expert.noise_kind!r}")
     if config.expert.number_style not in ("raw", "rounded"):
         raise ConfigError("expert.number_style must be 'raw' or 'rounded'")
     if config.sft.steps < 0:

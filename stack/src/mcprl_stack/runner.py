@@ -8,6 +8,7 @@ then SIGKILL after the grace period. Services of one dependency level start in p
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -33,17 +34,21 @@ class StackError(RuntimeError):
     """A service could not start (the message carries the end of its log)."""
 
 
-def _script(name: str) -> str:
-    """The console script next to this interpreter (the venv), else on PATH."""
+def _command(script: str) -> list[str]:
+    """The console script next to this interpreter (the venv), else on PATH, else the package
+    run as ``python -m`` (a box that has the sources on PYTHONPATH but nothing installed)."""
 
-    local = Path(sys.executable).parent / name
+    local = Path(sys.executable).parent / script
     if local.exists():
-        return str(local)
-    found = shutil.which(name)
-    if found is None:
-        raise StackError(f"console script {name!r} not found: is its package installed "
-                         "(make setup)?")
-    return found
+        return [str(local)]
+    found = shutil.which(script)
+    if found is not None:
+        return [found]
+    module = script.replace("-", "_")
+    if importlib.util.find_spec(module) is not None:
+        return [sys.executable, "-m", module]
+    raise StackError(f"console script {script!r} not found and no module {module!r}: is its "
+                     "package installed (make setup)?")
 
 
 def _port_busy(host: str, port: int) -> bool:
@@ -145,7 +150,7 @@ class LocalStack:
 
     def _argv(self, name: str) -> list[str]:
         spec = SERVICES[name]
-        argv = [_script(spec.script), *spec.args]
+        argv = [*_command(spec.script), *spec.args]
         if name == "trainer":
             assert self.config.train_config is not None
             argv += ["--config", str(self.config.train_config.resolve())]
