@@ -51,9 +51,10 @@ def summarize_steps(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def aggregate(arms: dict[str, list[dict[str, Any]]], before: float) -> dict[str, Any]:
+def aggregate(arms: dict[str, list[dict[str, Any]]], before: float,
+              before_sampled: float | None = None) -> dict[str, Any]:
     """Per arm: held-out success after (and gain over ``before``) across seeds, plus the
-    seed-averaged trainer diagnostics."""
+    seed-averaged trainer diagnostics; the sampled success too when it was measured."""
 
     out: dict[str, Any] = {}
     for arm, runs in arms.items():
@@ -68,6 +69,11 @@ def aggregate(arms: dict[str, list[dict[str, Any]]], before: float) -> dict[str,
             "gain": spread([r["after"]["success_rate"] - before for r in ok]),
             "train": metrics,
         }
+        sampled = [r["after"]["sampled_success_rate"] for r in ok
+                   if r["after"].get("sampled_success_rate") is not None]
+        if sampled and before_sampled is not None:
+            out[arm]["after_sampled"] = spread(sampled)
+            out[arm]["gain_sampled"] = spread([v - before_sampled for v in sampled])
     return out
 
 
@@ -155,6 +161,18 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
             f" | {_num(t['steps'], '.1f')} | {_num(t['reward_std'])} | "
             f"{_num(t['adv_abs_mean'])} | {_pct(t['zero_variance_fraction'])}% | "
             f"{_num(t['clip_fraction'])} | {_num(t['kl'], '.4f')} |")
+    if "sampled_success_rate" in result["before"]:
+        lines += ["", f"Sampled at the training temperature ({result['before']['sampled_n']} "
+                  f"rollouts: each val scenario {s.get('sampled_eval')} times), before: "
+                  f"**{_pct(result['before']['sampled_success_rate'])}%**, query rate "
+                  f"{_pct(result['before'].get('sampled_query_rate'))}%.", "",
+                  "| arm | after, mean ± std (%) | gain, mean (min..max) (pts) |", "|---|---|---|"]
+        for arm, a in result["arms"].items():
+            if "after_sampled" in a:
+                g = a["gain_sampled"]
+                lines.append(f"| {arm} | {_pct(a['after_sampled']['mean'])} ± "
+                             f"{_pct(a['after_sampled']['std'])} | {_pct(g['mean'])} "
+                             f"({_pct(g['min'])}..{_pct(g['max'])}) |")
     lines += ["", "Comparisons (difference of mean held-out success, points):", ""]
     for name, value in result["comparisons"].items():
         lines.append(f"- {name}: {_pct(value)}")

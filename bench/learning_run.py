@@ -233,16 +233,32 @@ class Ctx:
     renderer: Any
     eval_settings: Any
     child_env: dict[str, str]
+    sample_settings: Any = None
 
 
 async def heldout(ctx: Ctx, model: str) -> dict[str, Any]:
+    """Greedy held-out success; with ``--sampled-eval K`` also the success rate of K sampled
+    rollouts per val scenario at the training temperature (the quantity GRPO optimises:
+    a behaviour it makes rarer, such as answering without a query, can change it while the
+    greedy path stays the same)."""
+
     from mcprl_demo.heldout import evaluate_heldout
 
     res = await evaluate_heldout(ctx.val, base_url=ctx.engine_url, model=model,
                                  mcp_url=ctx.mcp_url, renderer=ctx.renderer,
                                  settings=ctx.eval_settings, concurrency=ctx.args.eval_concurrency,
                                  seed=0)
-    return res.as_dict()
+    out = res.as_dict()
+    k = ctx.args.sampled_eval
+    if k > 0:
+        sampled = await evaluate_heldout(
+            [s for s in ctx.val for _ in range(k)], base_url=ctx.engine_url, model=model,
+            mcp_url=ctx.mcp_url, renderer=ctx.renderer, settings=ctx.sample_settings,
+            concurrency=ctx.args.eval_concurrency, seed=1)
+        out["sampled_success_rate"] = sampled.success_rate
+        out["sampled_n"] = sampled.n
+        out["sampled_query_rate"] = sampled.query_rate
+    return out
 
 
 def trainer_config(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
@@ -343,6 +359,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--val-fraction", type=float, default=0.25)
     p.add_argument("--eval-max", type=int, default=64, help="val scenarios evaluated at most")
     p.add_argument("--eval-concurrency", type=int, default=8)
+    p.add_argument("--sampled-eval", type=int, default=0, metavar="K",
+                   help="also score K rollouts per val scenario sampled at the training "
+                        "temperature (0: greedy only)")
     p.add_argument("--seed", type=int, default=0, help="scenario set seed")
     p.add_argument("--warm-start", type=Path, help="reuse this checkpoint (HF model dir)")
     p.add_argument("--build-warm-start", action="store_true",
@@ -453,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Ctx(args, base_trainer, warm, engine_url, served, services.mcp_url(), judge_url,
                   set_id, sorted(val, key=lambda s: s.id)[: args.eval_max],
                   ChatRenderer(AutoTokenizer.from_pretrained(warm)),
-                  RolloutSettings.from_config(ro, temperature=0.0), env)
+                  RolloutSettings.from_config(ro, temperature=0.0), env,
+                  RolloutSettings.from_config(ro))
         before = asyncio.run(heldout(ctx, served))
         say(f"warm start: held-out success {before['success_rate']:.3f} on {before['n']}")
         mark = lap("before_eval", mark)
@@ -464,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     by_arm: dict[str, list[dict[str, Any]]] = {name: [] for name in arms}
     for run in done:
         by_arm[run["arm"]].append(run)
-    summary = report.aggregate(by_arm, before["success_rate"])
+    summary = report.aggregate(by_arm, before["success_rate"],
+                               before.get("sampled_success_rate"))
     means = {k: v["after"]["mean"] for k, v in summary.items()}
     comparisons = {name: means[x] - means[y] for name, (x, y) in COMPARISONS.items()
                    if means.get(x) is not None and means.get(y) is not None}
@@ -487,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
                   "train_templates": sorted({s.template or "?" for s in train}),
                   "budget_s": args.budget_s, "max_steps": args.max_steps,
                   "parallel": args.parallel, "smoke": args.smoke,
+                  "sampled_eval": args.sampled_eval,
                   "group_size": base_trainer.get("group_size"),
                   "groups_per_step": base_trainer.get("groups_per_step"),
                   "lr": (base_trainer.get("train") or {}).get("lr"),

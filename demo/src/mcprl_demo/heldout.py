@@ -27,6 +27,7 @@ class HeldoutResult:
     n: int = 0
     success_rate: float = 0.0
     completed_rate: float = 0.0  # called complete_task
+    query_rate: float = 0.0  # ran at least one query (run_query) before answering
     mean_turns: float = 0.0
     tool_calls: int = 0
     tool_errors: int = 0
@@ -38,8 +39,8 @@ class HeldoutResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
-            "model", "n", "success_rate", "completed_rate", "mean_turns", "tool_calls",
-            "tool_errors", "malformed", "finish_reasons", "by_template", "seconds")}
+            "model", "n", "success_rate", "completed_rate", "query_rate", "mean_turns",
+            "tool_calls", "tool_errors", "malformed", "finish_reasons", "by_template", "seconds")}
 
 
 async def evaluate_heldout(
@@ -90,6 +91,7 @@ async def evaluate_heldout(
         slot[1] += 1
         calls = [c["function"] for m in t.messages if m["role"] == "assistant"
                  for c in m.get("tool_calls") or []]
+        out.query_rate += any(c["name"] == "run_query" for c in calls)
         tools = [m["content"] for m in t.messages if m["role"] == "tool"]
         out.examples.append({"task": result.scenario.task, "answer": t.final_answer,
                              "correct": ok, "detail": detail, "finish": t.finish_reason,
@@ -101,6 +103,7 @@ async def evaluate_heldout(
     out.success_rate = sum(ok for _, ok, _ in outcomes) / n
     out.completed_rate = reasons["completed"] / n
     out.mean_turns /= n
+    out.query_rate /= n
     out.finish_reasons = dict(reasons)
     out.seconds = loop.time() - started
     return out
