@@ -89,7 +89,9 @@ def test_services_run_without_console_scripts(tmp_path: Path, monkeypatch) -> No
 
     monkeypatch.setattr(runner.sys, "executable", str(tmp_path / "bin" / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert runner._command("mcprl-mcp-server") == [str(tmp_path / "bin" / "python"), "-m",
+    assert runner.script_command("mcprl-mcp-server") == [str(tmp_path / "bin" / "python"), "-m",
                                                    "mcprl_mcp_server"]
     with pytest.raises(StackError, match="no module 'mcprl_nothing'"):
-        runner._command("mcprl-nothing")
+        runner.script_command("mcprl-nothing")
+    assert runner.script_command("mcprl-train", "mcprl_trainer.cli")[1:] == [
+        "-m", "mcprl_trainer.cli"]

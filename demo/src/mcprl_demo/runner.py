@@ -178,11 +178,11 @@ class DemoRun:
                if k not in TRAINER_ENV_DROP and not k.startswith("TRAINER_")}
         env.update({"HF_HUB_OFFLINE": self.env.get("HF_HUB_OFFLINE", "1"),
                     "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
-        from mcprl_stack.runner import _script
+        from mcprl_stack.runner import script_command
 
         status_url = f"http://127.0.0.1:{config['status']['port']}"
-        proc = ServiceProcess("trainer", [_script("mcprl-train"), "--config", str(path),
-                                          "--no-progress"],
+        proc = ServiceProcess("trainer", [*script_command("mcprl-train", "mcprl_trainer.cli"),
+                                          "--config", str(path), "--no-progress"],
                               log_path=self.out / "stack" / "logs" / "trainer.log",
                               cwd=_root())
         proc.env = {**env}  # replace, not merge: the dropped names must stay dropped

@@ -34,9 +34,10 @@ class StackError(RuntimeError):
     """A service could not start (the message carries the end of its log)."""
 
 
-def _command(script: str) -> list[str]:
-    """The console script next to this interpreter (the venv), else on PATH, else the package
-    run as ``python -m`` (a box that has the sources on PYTHONPATH but nothing installed)."""
+def script_command(script: str, module: str | None = None) -> list[str]:
+    """The console script next to this interpreter (the venv), else on PATH, else its module
+    run as ``python -m`` (a box that has the sources on PYTHONPATH but nothing installed;
+    ``module`` defaults to the script's name with underscores)."""
 
     local = Path(sys.executable).parent / script
     if local.exists():
@@ -44,7 +45,7 @@ def _command(script: str) -> list[str]:
     found = shutil.which(script)
     if found is not None:
         return [found]
-    module = script.replace("-", "_")
+    module = module or script.replace("-", "_")
     if importlib.util.find_spec(module) is not None:
         return [sys.executable, "-m", module]
     raise StackError(f"console script {script!r} not found and no module {module!r}: is its "
@@ -150,7 +151,7 @@ class LocalStack:
 
     def _argv(self, name: str) -> list[str]:
         spec = SERVICES[name]
-        argv = [*_command(spec.script), *spec.args]
+        argv = [*script_command(spec.script), *spec.args]
         if name == "trainer":
             assert self.config.train_config is not None
             argv += ["--config", str(self.config.train_config.resolve())]
