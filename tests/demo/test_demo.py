@@ -9,9 +9,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from rich.console import Console
 
 from mcprl_demo.cli import main
 from mcprl_demo.config import load_demo_config
+from mcprl_demo.display import results_table
 from mcprl_demo.runner import DemoRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -20,7 +22,8 @@ CHECKPOINT = REPO / "demo" / "checkpoints" / "warm-start"
 # The demo's own config (same rollout/rendering setup as the warm start), made small.
 SHORT = {"demo.scenarios": 16, "demo.val_fraction": 0.25, "trainer.steps": 2,
          "trainer.group_size": 2, "trainer.groups_per_step": 1,
-         "trainer.eval.max_scenarios": 3, "trainer.rollout.max_turns": 6,
+         "trainer.eval.max_scenarios": 3, "trainer.eval.samples": 2,
+         "trainer.rollout.max_turns": 6,
          "demo.model": str(CHECKPOINT)}
 
 
@@ -60,7 +63,7 @@ def test_short_demo_end_to_end(checkpoint: Path, tmp_path: Path, monkeypatch) ->
     before, after = report["eval_before"], report["eval_after"]
     assert before["step"] == 0 and after["step"] == 2
     for ev in (before, after):
-        assert ev["n"] == 3 and ev["failed_groups"] == 0
+        assert ev["n"] == 6 and ev["failed_groups"] == 0  # 3 val scenarios x 2 samples
         assert 0.0 <= ev["success_rate"] <= 1.0 and 0.0 <= ev["mean_reward"] <= 1.0
         assert 1.0 <= ev["mean_turns"] <= 6.0
         assert ev["tool_calls"] > 0 and 0 <= ev["tool_errors"] <= ev["tool_calls"]
@@ -73,6 +76,10 @@ def test_short_demo_end_to_end(checkpoint: Path, tmp_path: Path, monkeypatch) ->
     assert "| success_rate |" in outcome.paths["md"].read_text()
     saved = json.loads(outcome.paths["json"].read_text())
     assert saved["config"]["reward"]["mode"] == "verifiable"
+    console = Console(record=True, width=160)
+    console.print(results_table(outcome))
+    table = console.export_text()
+    assert "T=1, 2 samples per scenario" in table and "val rollouts" in table
 
     # Everything the demo started is gone: processes, process groups, ports.
     assert len(outcome.pids) == 5  # four services + the trainer

@@ -16,7 +16,7 @@ ROWS = (
     ("mean turns", "mean_turns", "{:.2f}"),
     ("tool errors", "tool_errors", "{:d}"),
     ("tool error rate", "tool_error_rate", "{:.1%}"),
-    ("val scenarios", "n", "{:d}"),
+    ("val rollouts", "n", "{:d}"),
 )
 
 
@@ -88,8 +88,13 @@ def _cell(row: dict[str, Any] | None, key: str, fmt: str) -> str:
 def results_table(outcome: DemoOutcome) -> Table:
     before = outcome.report.get("eval_before")
     after = outcome.report.get("eval_after")
+    ev = (outcome.report.get("config") or {}).get("eval") or {}
+    temperature, samples = ev.get("temperature", 0.0), ev.get("samples", 1)
+    sampling = ("greedy" if not temperature else
+                f"T={temperature:g}, {samples} sample{'s' if samples > 1 else ''} per scenario")
     title = (f"mcp-rl demo: {outcome.report.get('steps_done')} GRPO steps, held-out val "
-             f"({outcome.strategy} scenarios, judge {'RULER' if outcome.hosted else 'verifiable'})")
+             f"({outcome.strategy} scenarios, {sampling}, judge "
+             f"{'RULER' if outcome.hosted else 'verifiable'})")
     table = Table(title=title, title_justify="left")
     table.add_column("metric")
     table.add_column(f"before (step {before['step'] if before else '-'})", justify="right")

@@ -172,6 +172,10 @@ class EvalConfig(_Section):
     every: int = Field(5, ge=0, description="Eval every K steps (and before/after); 0 = never.")
     max_scenarios: int | None = Field(None, ge=1, description="Val scenarios used at most.")
     temperature: float = Field(0.0, ge=0, description="Eval sampling temperature (0 = greedy).")
+    samples: int = Field(
+        1, ge=1, description="Rollouts per val scenario (with temperature > 0: success is the "
+        "mean over samples, the expected success of the sampled policy, less noisy than one)."
+    )
     success_threshold: float = Field(
         1.0, ge=0, le=1, description="Score counted as success when no ground truth exists."
     )

@@ -1,4 +1,4 @@
-"""Evaluation on the val split: one rollout per scenario with the current policy.
+"""Evaluation on the val split: ``samples`` rollouts per scenario with the current policy.
 
 Success is the verifiable verdict (the judge's ``verifiable`` component, 0/1) when the
 scenario has a ground truth, else ``score >= success_threshold``. Also: mean reward, mean
@@ -72,10 +72,12 @@ class EvalResult:
 
 
 async def evaluate(runner: GroupRunner, scenarios: list[Scenario], *, step: int, model: str,
-                   settings: RolloutSettings, seed: int, threshold: float) -> EvalResult:
-    """One rollout per val scenario (groups of one), scored by the judge."""
+                   settings: RolloutSettings, seed: int, threshold: float,
+                   samples: int = 1) -> EvalResult:
+    """``samples`` rollouts per val scenario (one group each), scored by the judge; the
+    same seeds at every eval, so before and after see the same sampling noise."""
 
-    batch: GroupBatch = await runner.run(scenarios, group_size=1, model=model,
+    batch: GroupBatch = await runner.run(scenarios, group_size=samples, model=model,
                                          settings=settings, seed_parts=(seed, "eval"))
     results = [r for g in batch.ok for r in g.results]
     return EvalResult(step, model, rollout_stats(results, threshold), len(batch.failed),

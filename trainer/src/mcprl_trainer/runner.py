@@ -154,7 +154,8 @@ class Trainer:
         self.progress.phase(f"eval @ step {step}", len(val))
         result = await evaluate(runner, val, step=step, model=self.current_model,
                                 settings=self._rollout_settings(eval_mode=True),
-                                seed=self.config.seed, threshold=self.config.eval.success_threshold)
+                                seed=self.config.seed, threshold=self.config.eval.success_threshold,
+                                samples=self.config.eval.samples)
         row = result.as_dict()
         self.evals = [e for e in self.evals if e["step"] != step] + [row]
         self._write_jsonl("evals.jsonl", self.evals)
