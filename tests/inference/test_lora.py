@@ -133,6 +133,10 @@ def test_switching_adapters_never_drifts(lora_server, adapters, tiny_test_model,
         ids, lps = _greedy(srv, model)
         assert ids == first[model][0]
         assert lps == pytest.approx(first[model][1], abs=1e-5)
+    assert srv.http.post("/sleep", params={"level": 1}).status_code == 200
+    assert srv.http.post("/wake_up").status_code == 200
+    for model in ("sw-a", srv.model, "sw-b"):  # sleep and wake keep every adapter intact
+        assert _greedy(srv, model)[0] == first[model][0]
     peft_b = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(tiny_test_model, dtype=torch.float32),
         adapters["b"]).eval()

@@ -265,6 +265,7 @@ class LLMEngine:
         def _sleep() -> None:
             if not self._sleeping:
                 self.runner.offload()
+                self.lora.move_pristine(next(self.runner.model.parameters()).device)
                 self._counts = self._prompt_mask = None
                 self._sleeping = True
                 self._fail_waiting(EngineError(
@@ -277,6 +278,7 @@ class LLMEngine:
         def _wake() -> None:
             if self._sleeping:
                 self.runner.reload()
+                self.lora.move_pristine(next(self.runner.model.parameters()).device)
                 self._sleeping = False
                 log.info("engine awake")
 

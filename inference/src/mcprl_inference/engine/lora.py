@@ -146,6 +146,11 @@ class LoraManager:
             self.peft.set_adapter(name)
         self._active = name
 
+    def move_pristine(self, device: Any) -> None:
+        """Keep the W0 copies where the model is (sleep moves the model to the CPU)."""
+
+        self._pristine = {k: v.to(device) for k, v in self._pristine.items()}
+
     def _lora_layers(self) -> list[Any]:
         from peft.tuners.lora import LoraLayer
 
