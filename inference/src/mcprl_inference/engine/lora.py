@@ -9,8 +9,8 @@ never replayed.
 Activation has two modes. ``unmerged`` runs peft's LoRA branch in every adapted linear (two
 extra matmuls and peft's Python per module). ``merged`` writes ``W0 + scale * B @ A`` into
 the base weights when the active adapter changes and runs the plain base modules: the same
-function, at the base model's speed (7x faster for a 5M model on a CPU, where per-module
-overhead dominates). Switching restores ``W0`` from a pristine copy (never subtracts), so
+function, at the base model's speed (about 1.3x peft's branch for a 5M model on a CPU at
+batch 8, docs/benchmarks.md). Switching restores ``W0`` from a pristine copy (never subtracts), so
 nothing drifts. ``auto`` merges only float32 weights: rounding ``W0 + delta`` to bf16 would
 lose most of a small delta, and the sampler's log-probs must match the trainer's.
 """
