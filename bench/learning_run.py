@@ -71,6 +71,7 @@ import learning_report as report  # noqa: E402
 import yaml  # noqa: E402
 
 from mcprl_common.process import ServiceProcess, free_port  # noqa: E402
+from mcprl_trainer.config import set_path  # noqa: E402
 
 DB_SEED = 42
 
@@ -87,7 +88,7 @@ class Arm:
 
 def default_arms(control_seeds: int) -> dict[str, Arm]:
     return {a.name: a for a in (
-        Arm("grpo", 3, {}, "GRPO as configured (G=4, zero-variance groups skipped, no KL)"),
+        Arm("grpo", 3, {}, "GRPO as configured (the trainer config's G, lr, skipping, no KL)"),
         Arm("shuffled", control_seeds, {"train": {"shuffle_rewards": True}},
             "control: rewards permuted within each group"),
         Arm("g8", 1, {"group_size": 8}, "group size 8 (vs grpo's 4)"),
@@ -305,6 +306,14 @@ def trainer_config(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
     return _merge(cfg, arm.overrides)
 
 
+def pick_evenly(items: list[Any], n: int) -> list[Any]:
+    """At most ``n`` of ``items``, evenly spaced, the last one included."""
+
+    if n <= 0 or len(items) <= n:
+        return items
+    return [items[round((i + 1) * len(items) / n) - 1] for i in range(n)]
+
+
 def run_one(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
     """One trainer process under the budget, then held-out success of its last adapter."""
 
@@ -363,8 +372,8 @@ def run_one(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
     run["checkpoint_step"] = latest.step
     run["steps_per_minute"] = round(len(rows) / (seconds / 60), 2) if seconds else None
     if a.curve_every:  # held-out success along the run, from the checkpoints kept for it
-        points = [c for c in list_checkpoints(run_dir) if c.step % a.curve_every == 0
-                  and c.step != latest.step]
+        points = pick_evenly([c for c in list_checkpoints(run_dir) if c.step % a.curve_every == 0
+                              and c.step != latest.step], a.curve_points)
         run["curve"] = [{"step": c.step, **report.curve_point(asyncio.run(evaluate(c)))}
                         for c in points] + [{"step": latest.step,
                                              **report.curve_point(run["after"])}]
@@ -374,6 +383,27 @@ def run_one(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
 
 
 # -- main -------------------------------------------------------------------------------------
+def _extra_arm(spec: str) -> Arm:
+    """``NAME:KEY=VALUE[;KEY=VALUE]:SEEDS`` -> an arm (dotted trainer keys, YAML values)."""
+
+    try:
+        name, sets, seeds = spec.split(":")
+        overrides: dict[str, Any] = {}
+        for item in filter(None, sets.split(";")):
+            key, _, raw = item.partition("=")
+            overrides = _merge(overrides, _nested(key.strip(), yaml.safe_load(raw)))
+        return Arm(name, int(seeds), overrides, f"extra arm: {sets}")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"--extra-arm expects NAME:KEY=VALUE[;KEY=VALUE]:SEEDS, got {spec!r}") from exc
+
+
+def _nested(dotted: str, value: Any) -> dict[str, Any]:
+    node: dict[str, Any] = {}
+    set_path(node, tuple(dotted.split(".")), value)
+    return node
+
+
 def _model_name(path: Path) -> str:
     """What a model folder is: the hub id a base records (make base-model), else its name."""
 
@@ -390,6 +420,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="tiny-test model, 2 steps, few scenarios, 1 seed per arm (CPU, minutes)")
     p.add_argument("--arms", default="", help="comma-separated subset of "
                    "grpo,shuffled,g8,no-skip,kl (default all)")
+    p.add_argument("--extra-arm", dest="extra_arms", action="append", default=[],
+                   type=_extra_arm, metavar="NAME:KEY=VALUE[;KEY=VALUE]:SEEDS",
+                   help="one more arm: trainer overrides and its seed count, e.g. "
+                   "'lr1e-3:train.lr=1e-3:1' (compared with grpo)")
     p.add_argument("--seeds", type=int, help="seeds of every arm (default: 3 for grpo, "
                    "--control-seeds for shuffled, 1 for the ablations)")
     p.add_argument("--control-seeds", type=int, default=3)
@@ -425,6 +459,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--curve-every", type=int, default=0, metavar="K",
                    help="keep every K-th step's adapter and evaluate it after the run: "
                    "held-out success along the run (0: before and after only)")
+    p.add_argument("--curve-points", type=int, default=5, metavar="N",
+                   help="of those, evaluate at most N evenly spaced ones (plus the last)")
     p.add_argument("--build-warm-start", action="store_true",
                    help="with --smoke: run the demo's recipe at toy size instead of using "
                    "models/tiny-test as the warm start")
@@ -466,13 +502,7 @@ def base_trainer_config(args: argparse.Namespace) -> dict[str, Any]:
                                          "min_tokens_per_turn": 8, "concurrency": 4},
                              "train": {"micro_batch_tokens": 4096}})
     for key, value in args.trainer_set:
-        node: dict[str, Any] = {}
-        cur = node
-        parts = key.split(".")
-        for part in parts[:-1]:
-            cur = cur.setdefault(part, {})
-        cur[parts[-1]] = value
-        base = _merge(base, node)
+        base = _merge(base, _nested(key, value))
     return base
 
 
@@ -480,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.monotonic()
     arms = default_arms(args.control_seeds)
+    for extra in args.extra_arms:
+        arms[extra.name] = extra
     if args.arms:
         wanted = [x.strip() for x in args.arms.split(",") if x.strip()]
         unknown = [x for x in wanted if x not in arms]
@@ -558,7 +590,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = report.aggregate(by_arm, before["success_rate"],
                                before.get("sampled_success_rate"), before)
     means = {k: v["after"]["mean"] for k, v in summary.items()}
-    comparisons = {name: means[x] - means[y] for name, (x, y) in COMPARISONS.items()
+    pairs = {**COMPARISONS, **{f"{a.name} - grpo": (a.name, "grpo") for a in args.extra_arms}}
+    comparisons = {name: means[x] - means[y] for name, (x, y) in pairs.items()
                    if means.get(x) is not None and means.get(y) is not None}
     png = report.plot_curves(by_arm, before, args.out / "curves.png")
     seconds["total"] = round(time.monotonic() - t0, 1)
