@@ -23,7 +23,7 @@ RUN_ARGS=(--device cuda --base-model models/smollm2-135m-instruct
   --sft-excludes entities --scenarios 400 --eval-max 48 --sampled-eval 2 --eval-concurrency 48
   --curve-every 4 --curve-points 5 --arms grpo,shuffled --control-seeds 2
   --extra-arm "lr1e-4:train.lr=1.0e-4:1" --extra-arm "lr1e-3:train.lr=1.0e-3:1"
-  --budget-s "${BUDGET_S:-480}" --stop-grace-s 40 --parallel 7)
+  --budget-s "${BUDGET_S:-420}" --stop-grace-s 40 --parallel 7)
 export INFERENCE_MAX_BATCH_SIZE=128
 
 stash() {
