@@ -60,20 +60,31 @@ def curve_point(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def mean_curve(runs: list[dict[str, Any]], before: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Per step, the seed-mean of each curve quantity over the runs that have that step
-    (step 0 = the warm start, shared by every run)."""
+    """The seed-mean of each curve quantity at the steps every run has a checkpoint for
+    (step 0 = the warm start, shared by every run), then at each run's last step (runs stop
+    at different steps when the budget is wall clock): that row has ``step`` = the mean last
+    step and ``last_steps`` the per-run ones."""
 
-    by_step: dict[int, list[dict[str, Any]]] = {}
-    for run in runs:
-        for point in run.get("curve") or []:
-            by_step.setdefault(int(point["step"]), []).append(point)
-    out = [{"step": 0, **curve_point(before), "n": len(runs)}] if before else []
-    for step in sorted(by_step):
-        pts = by_step[step]
-        row: dict[str, Any] = {"step": step, "n": len(pts)}
-        for key in ("greedy", "sampled", "query_rate", "sampled_query_rate"):
-            row[key] = _mean([p[key] for p in pts if p.get(key) is not None])
-        out.append(row)
+    curves = [run.get("curve") or [] for run in runs]
+    curves = [c for c in curves if c]
+    out = [{"step": 0, **curve_point(before), "n": len(curves)}] if before else []
+    if not curves:
+        return out
+    keys = ("greedy", "sampled", "query_rate", "sampled_query_rate")
+
+    def row(step: float, pts: list[dict[str, Any]]) -> dict[str, Any]:
+        r: dict[str, Any] = {"step": step, "n": len(pts)}
+        for key in keys:
+            r[key] = _mean([p[key] for p in pts if p.get(key) is not None])
+        return r
+
+    inner = [{int(p["step"]): p for p in c[:-1]} for c in curves]
+    for step in sorted(set.intersection(*(set(c) for c in inner))):
+        out.append(row(step, [c[step] for c in inner]))
+    last = [c[-1] for c in curves]
+    final = row(round(statistics.fmean(int(p["step"]) for p in last), 1), last)
+    final["last_steps"] = [int(p["step"]) for p in last]
+    out.append(final)
     return out
 
 
@@ -245,17 +256,17 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
                              f"({_pct(g['min'])}..{_pct(g['max'])}) |")
     curves = {arm: a["curve"] for arm, a in result["arms"].items() if a.get("curve")}
     if curves:
-        lines += ["", "Held-out success along the runs (seed means; greedy / sampled / sampled "
-                  "query rate, %):", "", "| step | " + " | ".join(curves) + " |",
-                  "|---|" + "---|" * len(curves)]
-        steps = sorted({p["step"] for c in curves.values() for p in c})
-        for step in steps:
-            cells = []
-            for c in curves.values():
-                p = next((p for p in c if p["step"] == step), None)
-                cells.append("-" if p is None else f"{_pct(p['greedy'])} / {_pct(p['sampled'])}"
-                             f" / {_pct(p['sampled_query_rate'])}")
-            lines.append(f"| {step} | " + " | ".join(cells) + " |")
+        lines += ["", "Held-out success along the runs (seed means; the last row of an arm is "
+                  "each run's last step, which the wall-clock budget sets):", "",
+                  "| arm | step | runs | greedy (%) | sampled (%) | greedy query rate (%) | "
+                  "sampled query rate (%) |", "|---|---|---|---|---|---|---|"]
+        for arm, curve in curves.items():
+            for p in curve:
+                step = (f"last ({', '.join(map(str, p['last_steps']))})" if "last_steps" in p
+                        else str(p["step"]))
+                lines.append(f"| {arm} | {step} | {p['n']} | {_pct(p['greedy'])} | "
+                             f"{_pct(p['sampled'])} | {_pct(p['query_rate'])} | "
+                             f"{_pct(p['sampled_query_rate'])} |")
     lines += ["", "Comparisons (difference of mean held-out success, points):", ""]
     for name, value in result["comparisons"].items():
         lines.append(f"- {name}: {_pct(value)}")
@@ -278,3 +289,45 @@ def write_results_section(doc: Path, section: str) -> None:
     tmp = doc.with_suffix(".md.tmp")
     tmp.write_text(text)
     tmp.replace(doc)
+
+
+def rebuild(result: dict[str, Any]) -> dict[str, Any]:
+    """Recompute the per-arm curves of a saved learning_run.json (after a change here)."""
+
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for run in result["runs"]:
+        by_arm.setdefault(run["arm"], []).append(run)
+    for arm, runs in by_arm.items():
+        ok = [r for r in runs if r.get("after") is not None]
+        if arm in result["arms"] and any(r.get("curve") for r in ok):
+            result["arms"][arm]["curve"] = mean_curve(ok, result["before"])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Figures and the docs section again from a saved run, without re-running it:
+    ``python bench/learning_report.py RUN.json --png FILE [--docs docs/results.md]``."""
+
+    import argparse
+
+    p = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    p.add_argument("json", type=Path)
+    p.add_argument("--png", type=Path, help="write the curves here")
+    p.add_argument("--docs", type=Path, help="replace the learning-run section of this file")
+    p.add_argument("--png-link", help="the figure's path as the docs link it")
+    p.add_argument("--command", default="", help="the command that made the run")
+    args = p.parse_args(argv)
+    result = rebuild(json.loads(args.json.read_text()))
+    args.json.write_text(json.dumps(result, indent=2, default=str))
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for run in result["runs"]:
+        by_arm.setdefault(run["arm"], []).append(run)
+    if args.png:
+        plot_curves(by_arm, result["before"], args.png)
+    if args.docs:
+        write_results_section(args.docs, results_section(result, args.command, args.png_link))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -21,10 +21,12 @@ export PYTHONPATH=$SITE:$(printf "$PWD/%s/src:" common inference mcp-server scen
 RUN_ARGS=(--device cuda --base-model models/smollm2-135m-instruct
   --warmstart-config configs/warmstart-smollm2.yaml --trainer-config configs/smollm2.yaml
   --sft-excludes entities --scenarios 400 --eval-max 48 --sampled-eval 2 --eval-concurrency 48
-  --curve-every 4 --curve-points 5 --arms grpo,shuffled --control-seeds 2
-  --extra-arm "lr1e-4:train.lr=1.0e-4:1" --extra-arm "lr1e-3:train.lr=1.0e-3:1"
-  --budget-s "${BUDGET_S:-420}" --stop-grace-s 40 --parallel 7)
-export INFERENCE_MAX_BATCH_SIZE=128
+  --curve-every 4 --curve-points 5 --arms grpo,shuffled --control-seeds 2 ${EXTRA_ARGS:-}
+  --budget-s "${BUDGET_S:-420}" --stop-grace-s 40 --parallel "${PARALLEL:-5}")
+# 7 trainers with 32k-token micro-batches beside the engine ran out of GPU memory at their
+# first update (CUBLAS_STATUS_ALLOC_FAILED); 5 with 8k-token micro-batches peak at ~7 GB each.
+export INFERENCE_MAX_BATCH_SIZE=128 INFERENCE_KV_CACHE_MEMORY_GB=24 \
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
 stash() {
   if compgen -G ".whl/*.whl" >/dev/null && [ ! -f "$SITE/.done" ]; then

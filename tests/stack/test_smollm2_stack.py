@@ -22,8 +22,8 @@ def smol_stack(smollm2_model: Path, tmp_path_factory: pytest.TempPathFactory):
     config = StackConfig(services=SERVICES, ports=dict.fromkeys(SERVICES, 0),
                          model=str(smollm2_model), runs_dir=tmp_path_factory.mktemp("smol"),
                          inherit_env=False, health_timeout_s=180,
-                         env={"SCENARIO_GEN_LLM_MAX_TOKENS": "800", "SCENARIO_GEN_LLM_BATCH_SIZE": "2",
-                              "OMP_NUM_THREADS": "1"})
+                         env={"SCENARIO_GEN_LLM_MAX_TOKENS": "800",
+                              "SCENARIO_GEN_LLM_BATCH_SIZE": "2", "OMP_NUM_THREADS": "1"})
     with LocalStack(config) as stack:
         yield stack
 
