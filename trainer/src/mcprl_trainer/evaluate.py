@@ -23,7 +23,8 @@ def is_success(result: RolloutResult, threshold: float) -> bool:
 
 def success_of(reward: float | None, components: dict[str, float], has_ground_truth: bool,
                threshold: float) -> bool:
-    """The rule above on plain values (the run report reads them back from JSONL)."""
+    """Success as the module docstring defines it, on plain values (the run report reads
+    them back from the rollouts JSONL)."""
 
     if reward is None:
         return False

@@ -10,11 +10,11 @@ reader (the report, or a crash) never sees half a file.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from mcprl_common.files import atomic_write_bytes
 from mcprl_trainer.groups import ScoredGroup
 
 ROLLOUTS_DIR = "rollouts"
@@ -29,15 +29,7 @@ def eval_rollouts_path(run_dir: Path, step: int) -> Path:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:

@@ -100,14 +100,19 @@ def write_step_data(run_dir: Path, kind: Kind, step: int, threshold: float) -> b
 
 def update_report(run_dir: Path, *, steps: Iterable[int] = (),
                   evals: Iterable[int] = ()) -> Path:
-    """Add the given steps' and evals' rollouts, then rewrite the page (what the trainer
-    calls after each step: the cost is one step's rollouts plus the index)."""
+    """Add the given steps' and evals' rollouts, and those of any recorded step whose data
+    files are missing (a process killed between its checkpoint and its report), then rewrite
+    the page. What the trainer calls after each step: it costs one step's rollouts plus the
+    index."""
 
     threshold = success_threshold(read_config(run_dir))
-    for step in steps:
-        write_step_data(run_dir, "train", step, threshold)
-    for step in evals:
-        write_step_data(run_dir, "eval", step, threshold)
+    out = run_dir / DATA_DIR
+    for kind, given, recorded in (
+            ("train", steps, run_dir / "metrics.jsonl"), ("eval", evals, run_dir / "evals.jsonl")):
+        known = {int(row["step"]) for row in read_jsonl(recorded)}
+        missing = {s for s in known if not (out / data_name(kind, s, "json")).exists()}
+        for step in sorted(set(given) | missing):
+            write_step_data(run_dir, kind, step, threshold)  # type: ignore[arg-type]
     page = run_dir / REPORT_NAME
     atomic_write_text(page, render_page(build_index(run_dir)))
     return page
