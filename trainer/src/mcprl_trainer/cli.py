@@ -88,7 +88,7 @@ def report_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         page = rebuild_report(args.run_dir)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, KeyError) as exc:  # not a run, or damaged files
         print(f"mcprl-train report: {exc}", file=sys.stderr)
         return 2
     print(page)

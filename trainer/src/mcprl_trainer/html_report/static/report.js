@@ -58,7 +58,6 @@
   const waiting = new Map();
   let current = Promise.resolve();
   const report = {
-    timings: {},
     receive(kind, step, data) {
       cache[kind].set(step, data);
       const key = kind + ':' + step;
@@ -554,8 +553,5 @@
   renderFilters();
   track(applyFilters());
   track(renderEval());
-  report.settled().then(() => {
-    report.timings.ready_ms = performance.now();
-    document.body.dataset.ready = '1';
-  });
+  report.settled().then(() => { document.body.dataset.ready = '1'; });
 })();
