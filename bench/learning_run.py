@@ -71,6 +71,7 @@ import learning_report as report  # noqa: E402
 import yaml  # noqa: E402
 
 from mcprl_common.process import ServiceProcess, free_port  # noqa: E402
+from mcprl_trainer.config import set_path  # noqa: E402
 
 DB_SEED = 42
 
@@ -87,7 +88,7 @@ class Arm:
 
 def default_arms(control_seeds: int) -> dict[str, Arm]:
     return {a.name: a for a in (
-        Arm("grpo", 3, {}, "GRPO as configured (G=4, zero-variance groups skipped, no KL)"),
+        Arm("grpo", 3, {}, "GRPO as configured (the trainer config's G, lr, skipping, no KL)"),
         Arm("shuffled", control_seeds, {"train": {"shuffle_rewards": True}},
             "control: rewards permuted within each group"),
         Arm("g8", 1, {"group_size": 8}, "group size 8 (vs grpo's 4)"),
@@ -186,7 +187,7 @@ def make_scenarios(services: Services, out: Path, n: int, seed: int, val_fractio
     return set_id, train, val
 
 
-def build_warm_start(services: Services, args: argparse.Namespace, val: list) -> Path:
+def build_warm_start(services: Services, args: argparse.Namespace, val: list) -> Path | None:
     """The demo's recipe (scenarios -> scripted expert -> SFT), minus anything the RL val
     split holds out, so held-out really means never seen, in SFT or RL."""
 
@@ -197,6 +198,8 @@ def build_warm_start(services: Services, args: argparse.Namespace, val: list) ->
     over: dict[str, Any] = {"work_dir": str(args.out / "warmstart"),
                             "output_dir": str(args.out / "warmstart" / "model"),
                             "sft.device": "cpu" if args.device == "cpu" else "auto"}
+    if args.base_model:  # a pretrained base: the recipe trains a LoRA adapter on it
+        over.update({"base.path": str(args.base_model), "base.spec": None})
     if args.smoke:
         over.update({"base.path": str(ROOT / "models" / "tiny-test"), "base.spec": None,
                      "scenarios.n": 40, "scenarios.train_db_seeds": [1], "sft.steps": 2,
@@ -205,17 +208,37 @@ def build_warm_start(services: Services, args: argparse.Namespace, val: list) ->
     cfg = load_warmstart_config(args.warmstart_config, over)
     ws = ws_mod.Workspace(cfg)
     ws.root.mkdir(parents=True, exist_ok=True)
-    ws_mod.stage_scenarios(ws, services)
-    templates = {s.template for s in val}
-    entities = {e for s in val for e in s.entities}
-    train = ws_mod._load_split(ws, "train")
-    kept = [s for s in train if s.template not in templates and not set(s.entities) & entities]
-    write_set(ws.set_dir, kept, ws_mod._load_split(ws, "val"))
-    say(f"warm start: {len(kept)} of {len(train)} SFT scenarios kept (RL val templates and "
-        "entities removed)")
-    ws_mod.stage_expert(ws, services)
+    if args.reuse_warmstart_data and ws.sft_rows.exists():
+        say(f"warm start: reusing the demonstrations in {ws.sft_rows}")
+    else:
+        ws_mod.stage_scenarios(ws, services)
+        templates = {s.template for s in val} if "templates" in args.sft_excludes else set()
+        entities = ({e for s in val for e in s.entities} if "entities" in args.sft_excludes
+                    else set())
+        train = ws_mod._load_split(ws, "train")
+        kept = [s for s in train
+                if s.template not in templates and not set(s.entities) & entities]
+        write_set(ws.set_dir, kept, ws_mod._load_split(ws, "val"))
+        say(f"warm start: {len(kept)} of {len(train)} SFT scenarios kept (RL val "
+            f"{' and '.join(sorted(args.sft_excludes)) or 'nothing'} removed)")
+        ws_mod.stage_expert(ws, services)
+    if args.prepare_only:
+        return None
     ws_mod.stage_sft(ws)
     return cfg.output_dir.resolve()
+
+
+async def _load_warm(engine_url: str, warm: Path) -> str:
+    """Serve the warm-start adapter (for the before eval); returns its served name."""
+
+    from mcprl_trainer.policy import PolicyClient
+
+    policy = PolicyClient(engine_url)
+    try:
+        await policy.load_adapter("warm-start", str(warm))
+    finally:
+        await policy.aclose()
+    return "warm-start"
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -234,6 +257,7 @@ class Ctx:
     eval_settings: Any
     child_env: dict[str, str]
     sample_settings: Any = None
+    base: Path | None = None  # the served base when the warm start is a LoRA adapter
 
 
 async def heldout(ctx: Ctx, model: str) -> dict[str, Any]:
@@ -244,17 +268,19 @@ async def heldout(ctx: Ctx, model: str) -> dict[str, Any]:
 
     from mcprl_demo.heldout import evaluate_heldout
 
-    res = await evaluate_heldout(ctx.val, base_url=ctx.engine_url, model=model,
-                                 mcp_url=ctx.mcp_url, renderer=ctx.renderer,
-                                 settings=ctx.eval_settings, concurrency=ctx.args.eval_concurrency,
-                                 seed=0)
-    out = res.as_dict()
     k = ctx.args.sampled_eval
+    greedy = evaluate_heldout(ctx.val, base_url=ctx.engine_url, model=model,
+                              mcp_url=ctx.mcp_url, renderer=ctx.renderer,
+                              settings=ctx.eval_settings, concurrency=ctx.args.eval_concurrency,
+                              seed=0)
+    if k <= 0:
+        return (await greedy).as_dict()
+    res, sampled = await asyncio.gather(greedy, evaluate_heldout(
+        [s for s in ctx.val for _ in range(k)], base_url=ctx.engine_url, model=model,
+        mcp_url=ctx.mcp_url, renderer=ctx.renderer, settings=ctx.sample_settings,
+        concurrency=ctx.args.eval_concurrency, seed=1))
+    out = res.as_dict()
     if k > 0:
-        sampled = await evaluate_heldout(
-            [s for s in ctx.val for _ in range(k)], base_url=ctx.engine_url, model=model,
-            mcp_url=ctx.mcp_url, renderer=ctx.renderer, settings=ctx.sample_settings,
-            concurrency=ctx.args.eval_concurrency, seed=1)
         out["sampled_success_rate"] = sampled.success_rate
         out["sampled_n"] = sampled.n
         out["sampled_query_rate"] = sampled.query_rate
@@ -264,9 +290,10 @@ async def heldout(ctx: Ctx, model: str) -> dict[str, Any]:
 def trainer_config(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
     a = ctx.args
     cfg = _merge(ctx.base_trainer, {
-        "name": f"{arm.name}-s{seed}", "seed": seed, "model": str(ctx.warm),
+        "name": f"{arm.name}-s{seed}", "seed": seed,
         "output_dir": str(a.out / "runs"), "steps": a.max_steps, "keep_checkpoints": 1,
         "save_rollouts": a.save_rollouts,
+        "model": str(ctx.base or ctx.warm), "keep_checkpoints_every": a.curve_every,
         "policy": {"base_url": ctx.engine_url, "model": ctx.served},
         "mcp": {"url": ctx.mcp_url}, "judge": {"url": ctx.judge_url},
         "scenarios": {"dir": str(a.out / "scenarios"), "set_id": ctx.set_id, "url": None},
@@ -274,13 +301,23 @@ def trainer_config(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
         "status": {"enabled": False},
         "train": {"device": "cpu" if a.device == "cpu" else "auto"},
     })
+    if ctx.base is not None:
+        cfg = _merge(cfg, {"lora": {"init_adapter": str(ctx.warm)}})
     return _merge(cfg, arm.overrides)
+
+
+def pick_evenly(items: list[Any], n: int) -> list[Any]:
+    """At most ``n`` of ``items``, evenly spaced, the last one included."""
+
+    if n <= 0 or len(items) <= n:
+        return items
+    return [items[round((i + 1) * len(items) / n) - 1] for i in range(n)]
 
 
 def run_one(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
     """One trainer process under the budget, then held-out success of its last adapter."""
 
-    from mcprl_trainer.checkpoint import latest_checkpoint
+    from mcprl_trainer.checkpoint import latest_checkpoint, list_checkpoints
     from mcprl_trainer.policy import PolicyClient
 
     a = ctx.args
@@ -320,25 +357,62 @@ def run_one(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
         say(f"{cfg['name']}: no step finished in {seconds:.0f}s; see {log_path}")
         return run
 
-    async def evaluate_last() -> dict[str, Any]:
+    async def evaluate(ckpt) -> dict[str, Any]:
         policy = PolicyClient(ctx.engine_url)
-        name = f"{cfg['name']}-final"
+        name = f"{cfg['name']}-step{ckpt.step}"
         try:
-            await policy.load_adapter(name, str(latest.path.resolve()))
+            await policy.load_adapter(name, str(ckpt.path.resolve()))
             res = await heldout(ctx, name)
             await policy.unload_adapter(name)
             return res
         finally:
             await policy.aclose()
 
-    run["after"] = asyncio.run(evaluate_last())
+    run["after"] = asyncio.run(evaluate(latest))
     run["checkpoint_step"] = latest.step
+    run["steps_per_minute"] = round(len(rows) / (seconds / 60), 2) if seconds else None
+    if a.curve_every:  # held-out success along the run, from the checkpoints kept for it
+        points = pick_evenly([c for c in list_checkpoints(run_dir) if c.step % a.curve_every == 0
+                              and c.step != latest.step], a.curve_points)
+        run["curve"] = [{"step": c.step, **report.curve_point(asyncio.run(evaluate(c)))}
+                        for c in points] + [{"step": latest.step,
+                                             **report.curve_point(run["after"])}]
     say(f"{cfg['name']}: {len(rows)} steps in {seconds:.0f}s, held-out success "
         f"{run['after']['success_rate']:.3f}")
     return run
 
 
 # -- main -------------------------------------------------------------------------------------
+def _extra_arm(spec: str) -> Arm:
+    """``NAME:KEY=VALUE[;KEY=VALUE]:SEEDS`` -> an arm (dotted trainer keys, YAML values)."""
+
+    try:
+        name, sets, seeds = spec.split(":")
+        overrides: dict[str, Any] = {}
+        for item in filter(None, sets.split(";")):
+            key, _, raw = item.partition("=")
+            overrides = _merge(overrides, _nested(key.strip(), yaml.safe_load(raw)))
+        return Arm(name, int(seeds), overrides, f"extra arm: {sets}")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"--extra-arm expects NAME:KEY=VALUE[;KEY=VALUE]:SEEDS, got {spec!r}") from exc
+
+
+def _nested(dotted: str, value: Any) -> dict[str, Any]:
+    node: dict[str, Any] = {}
+    set_path(node, tuple(dotted.split(".")), value)
+    return node
+
+
+def _model_name(path: Path) -> str:
+    """What a model folder is: the hub id a base records (make base-model), else its name."""
+
+    marker = path / "mcprl-base.json"
+    if marker.exists():
+        return json.loads(marker.read_text()).get("hub_id", path.name)
+    return path.name
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -346,6 +420,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="tiny-test model, 2 steps, few scenarios, 1 seed per arm (CPU, minutes)")
     p.add_argument("--arms", default="", help="comma-separated subset of "
                    "grpo,shuffled,g8,no-skip,kl (default all)")
+    p.add_argument("--extra-arm", dest="extra_arms", action="append", default=[],
+                   type=_extra_arm, metavar="NAME:KEY=VALUE[;KEY=VALUE]:SEEDS",
+                   help="one more arm: trainer overrides and its seed count, e.g. "
+                   "'lr1e-3:train.lr=1e-3:1' (compared with grpo)")
     p.add_argument("--seeds", type=int, help="seeds of every arm (default: 3 for grpo, "
                    "--control-seeds for shuffled, 1 for the ablations)")
     p.add_argument("--control-seeds", type=int, default=3)
@@ -363,7 +441,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also score K rollouts per val scenario sampled at the training "
                         "temperature (0: greedy only)")
     p.add_argument("--seed", type=int, default=0, help="scenario set seed")
-    p.add_argument("--warm-start", type=Path, help="reuse this checkpoint (HF model dir)")
+    p.add_argument("--warm-start", type=Path, help="reuse this checkpoint: an HF model dir, "
+                   "or a LoRA adapter on --base-model")
+    p.add_argument("--base-model", type=Path, help="a pretrained base (e.g. "
+                   "models/smollm2-135m-instruct): the engine serves it, the warm start is a "
+                   "LoRA adapter on it, and each run trains that adapter further")
+    p.add_argument("--sft-excludes", default="templates,entities",
+                   type=lambda v: {x.strip() for x in v.split(",") if x.strip()},
+                   help="what of the RL val split the warm start's SFT never sees: "
+                   "templates,entities (default) or entities")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="stop once the warm start's demonstrations are written (CPU work, to "
+                   "carry to a GPU box with --reuse-warmstart-data)")
+    p.add_argument("--reuse-warmstart-data", action="store_true",
+                   help="use the demonstrations already under OUT/warmstart (from "
+                   "--prepare-only with the same arguments) and only run SFT")
+    p.add_argument("--curve-every", type=int, default=0, metavar="K",
+                   help="keep every K-th step's adapter and evaluate it after the run: "
+                   "held-out success along the run (0: before and after only)")
+    p.add_argument("--curve-points", type=int, default=5, metavar="N",
+                   help="of those, evaluate at most N evenly spaced ones (plus the last)")
     p.add_argument("--build-warm-start", action="store_true",
                    help="with --smoke: run the demo's recipe at toy size instead of using "
                    "models/tiny-test as the warm start")
@@ -405,13 +502,7 @@ def base_trainer_config(args: argparse.Namespace) -> dict[str, Any]:
                                          "min_tokens_per_turn": 8, "concurrency": 4},
                              "train": {"micro_batch_tokens": 4096}})
     for key, value in args.trainer_set:
-        node: dict[str, Any] = {}
-        cur = node
-        parts = key.split(".")
-        for part in parts[:-1]:
-            cur = cur.setdefault(part, {})
-        cur[parts[-1]] = value
-        base = _merge(base, node)
+        base = _merge(base, _nested(key, value))
     return base
 
 
@@ -419,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.monotonic()
     arms = default_arms(args.control_seeds)
+    for extra in args.extra_arms:
+        arms[extra.name] = extra
     if args.arms:
         wanted = [x.strip() for x in args.arms.split(",") if x.strip()]
         unknown = [x for x in wanted if x not in arms]
@@ -457,9 +550,18 @@ def main(argv: list[str] | None = None) -> int:
             warm = (ROOT / "models" / "tiny-test").resolve()  # smoke: skip the recipe
         else:  # the recipe reports on stdout: keep stdout for the JSON alone
             with contextlib.redirect_stdout(sys.stderr):
-                warm = build_warm_start(services, args, val)
+                built = build_warm_start(services, args, val)
+            if built is None:  # --prepare-only
+                say(f"warm-start data ready under {args.out / 'warmstart'}")
+                return 0
+            warm = built
         mark = lap("warm_start", mark)
-        engine_url, served = services.engine(warm, args.device, max_loras=2 * args.parallel + 2)
+        adapter = (warm / "adapter_config.json").is_file()
+        if adapter and args.base_model is None:
+            raise SystemExit(f"{warm} is a LoRA adapter: pass --base-model (its base)")
+        base = args.base_model.resolve() if adapter else None
+        engine_url, served = services.engine(base or warm, args.device,
+                                             max_loras=2 * args.parallel + 4)
         judge_url = services.judge(engine_url, served)
         mark = lap("services", mark)
         from transformers import AutoTokenizer
@@ -471,10 +573,11 @@ def main(argv: list[str] | None = None) -> int:
         ro = RolloutConfig(**(base_trainer.get("rollout") or {}))
         ctx = Ctx(args, base_trainer, warm, engine_url, served, services.mcp_url(), judge_url,
                   set_id, sorted(val, key=lambda s: s.id)[: args.eval_max],
-                  ChatRenderer(AutoTokenizer.from_pretrained(warm)),
+                  ChatRenderer(AutoTokenizer.from_pretrained(base or warm)),
                   RolloutSettings.from_config(ro, temperature=0.0), env,
-                  RolloutSettings.from_config(ro))
-        before = asyncio.run(heldout(ctx, served))
+                  RolloutSettings.from_config(ro), base)
+        before_model = served if base is None else asyncio.run(_load_warm(engine_url, warm))
+        before = asyncio.run(heldout(ctx, before_model))
         say(f"warm start: held-out success {before['success_rate']:.3f} on {before['n']}")
         mark = lap("before_eval", mark)
         jobs = [(arm, seed) for arm in arms.values() for seed in range(arm.seeds)]
@@ -485,11 +588,12 @@ def main(argv: list[str] | None = None) -> int:
     for run in done:
         by_arm[run["arm"]].append(run)
     summary = report.aggregate(by_arm, before["success_rate"],
-                               before.get("sampled_success_rate"))
+                               before.get("sampled_success_rate"), before)
     means = {k: v["after"]["mean"] for k, v in summary.items()}
-    comparisons = {name: means[x] - means[y] for name, (x, y) in COMPARISONS.items()
+    pairs = {**COMPARISONS, **{f"{a.name} - grpo": (a.name, "grpo") for a in args.extra_arms}}
+    comparisons = {name: means[x] - means[y] for name, (x, y) in pairs.items()
                    if means.get(x) is not None and means.get(y) is not None}
-    png = report.plot_curves(by_arm, before["success_rate"], args.out / "curves.png")
+    png = report.plot_curves(by_arm, before, args.out / "curves.png")
     seconds["total"] = round(time.monotonic() - t0, 1)
     import torch
 
@@ -498,8 +602,10 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
         "json_path": str(args.out / "learning_run.json"),
         "setup": {"warm_start": str(warm), "set_id": set_id,
+                  "model": _model_name(base or warm), "base_model": str(base) if base else None,
+                  "sft_excludes": sorted(args.sft_excludes), "curve_every": args.curve_every,
                   "warm_start_sft_excludes_val": (
-                      "yes: built here without the val templates and entities"
+                      f"yes: built here without the val {' and '.join(sorted(args.sft_excludes))}"
                       if not args.warm_start and warm.name != "tiny-test" else
                       "unknown: a reused checkpoint may have seen the val templates in SFT"),
                   "db_seed": DB_SEED,

@@ -27,3 +27,14 @@ def tiny_test_model() -> Path:
     if not (path / "config.json").exists():
         pytest.fail("models/tiny-test is missing: run `make tiny-model` (make test does it)")
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_model() -> Path:
+    """SmolLM2-135M-Instruct converted by ``make base-model`` (the pretrained policy)."""
+
+    path = MODELS / "smollm2-135m-instruct"
+    if not (path / "mcprl-base.json").exists():
+        pytest.fail("models/smollm2-135m-instruct is missing: run `make base-model` "
+                    "(make test does it)")
+    return path

@@ -45,7 +45,11 @@ def _reference(model, prompt: list[int], completion: list[int]) -> list[float]:
 
 
 @pytest.mark.timeout(300)
-def test_graph_decode_matches_forward_and_eager(tiny_test_model: Path) -> None:
+@pytest.mark.parametrize("model_fixture", ["tiny_test_model", "smollm2_model"])
+def test_graph_decode_matches_forward_and_eager(model_fixture: str, request) -> None:
+    """Qwen2 (tiny-test) and Llama (SmolLM2): the two architectures the project serves."""
+
+    tiny_test_model: Path = request.getfixturevalue(model_fixture)
     torch.backends.cuda.matmul.allow_tf32 = False
     prompts = _prompts(21)  # > max_batch_size: slots are reused, rows compacted mid-flight
     graphs = _engine(tiny_test_model, graphs=True)

@@ -1,4 +1,6 @@
-"""Full-parameter supervised fine-tuning on expert token records, loss on assistant tokens only.
+"""Supervised fine-tuning on expert token records, loss on assistant tokens only: every
+parameter (a from-scratch model) or a LoRA adapter on a pretrained one (``lora_r > 0``,
+saved alone: a few MB to ship, loaded on top of the base by the engine and the trainer).
 
 Inputs are JSONL rows ``{"input_ids": [...], "mask": [...]}`` written by
 :mod:`mcprl_demo.sft_data` with the trainer's own renderer, so the model learns exactly the
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from mcprl_common.files import make_readable
 from mcprl_trainer.modeling import prefix_cache
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,11 @@ class SftSettings:
     # fit its slot still gets a complete warm-up + cosine decay. Not bit-reproducible (the
     # step count depends on the machine); the result records the steps actually done.
     max_seconds: float = 0.0
+    # LoRA instead of every parameter (0: full fine-tune). Needs init: weights; the adapter
+    # (all linear layers, the trainer's LoraSettings) is what gets saved, in save_dtype.
+    lora_r: int = 0
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
     extra: dict = field(default_factory=dict)  # forward-compatible knobs, recorded only
 
 
@@ -257,10 +265,13 @@ def train(
     use_bf16 = settings.dtype == "bfloat16" or (settings.dtype == "auto" and device.type == "cuda")
     save_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[settings.save_dtype]
     model = load_model(base, settings.seed, device, settings.init)
+    if settings.lora_r:
+        model = _with_lora(model, settings)
     model.train()
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "norm" not in n]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "norm" in n]
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in named if p.ndim >= 2 and "norm" not in n]
+    no_decay = [p for n, p in named if p.ndim < 2 or "norm" in n]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": settings.weight_decay},
          {"params": no_decay, "weight_decay": 0.0}],
@@ -301,7 +312,7 @@ def train(
             step_loss += float(loss_sum.detach())
             tokens_seen += ids.numel() + (plen * len(mb))
         trained += n_trained
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_([p for _, p in named], settings.max_grad_norm)
         opt.step()
         opt.zero_grad(set_to_none=True)
         mean = step_loss / max(1, n_trained)
@@ -318,23 +329,53 @@ def train(
     seconds = time.perf_counter() - started
     save(model, base, out_dir, save_dtype)
     return SftResult(done, seconds, tokens_seen, trained, float(running or 0.0),
-                     losses, str(device), sum(p.numel() for p in model.parameters()))
+                     losses, str(device), sum(p.numel() for _, p in named))
+
+
+def _with_lora(model, settings: SftSettings):
+    """The trainer's own LoRA (all linear layers), so RL continues exactly this adapter."""
+
+    from mcprl_trainer.config import LoraSettings
+    from mcprl_trainer.modeling import attach_lora
+
+    if settings.init != "weights":
+        raise ValueError("sft.lora_r > 0 adapts a pretrained model: set sft.init to 'weights'")
+    lora = LoraSettings(r=settings.lora_r, alpha=settings.lora_alpha,
+                        dropout=settings.lora_dropout)
+    return attach_lora(model, lora)
 
 
 def save(model, base: Path, out_dir: Path, dtype: torch.dtype = torch.float32) -> None:
-    """Write a copy of the model (``dtype``) and the base's tokenizer files atomically."""
+    """Write atomically a copy of the model (``dtype``) with the base's tokenizer files, or
+    its LoRA adapter alone (the base, tokenizer included, is loaded from its own folder)."""
 
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model = copy.deepcopy(model).to("cpu", dtype=dtype)  # the trained one stays as it is
-    model.config.use_cache = True
-    model.config.dtype = str(dtype).removeprefix("torch.")
-    model.save_pretrained(tmp, safe_serialization=True)
-    for name in TOKENIZER_FILES:
-        src = base / name
-        if src.exists() and not (tmp / name).exists():
-            shutil.copy2(src, tmp / name)
+    if hasattr(model, "peft_config"):
+        save_adapter(model, tmp, dtype)
+    else:
+        model = copy.deepcopy(model).to("cpu", dtype=dtype)  # the trained one stays as it is
+        model.config.use_cache = True
+        model.config.dtype = str(dtype).removeprefix("torch.")
+        model.save_pretrained(tmp, safe_serialization=True)
+        for name in TOKENIZER_FILES:
+            src = base / name
+            if src.exists() and not (tmp / name).exists():
+                shutil.copy2(src, tmp / name)
+    make_readable(tmp)  # served by an engine that may run as another user
     if out_dir.exists():
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
+
+
+def save_adapter(model, out_dir: Path, dtype: torch.dtype) -> None:
+    """peft's adapter files (config + weights in ``dtype``), without copying the base."""
+
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().to("cpu", dtype=dtype).contiguous()
+             for k, v in get_peft_model_state_dict(model).items()}
+    save_file(state, str(out_dir / "adapter_model.safetensors"), metadata={"format": "pt"})
+    model.peft_config["default"].save_pretrained(str(out_dir))

@@ -131,7 +131,8 @@ def ensure_base(ws: Workspace) -> Path:
         return path
     spec = ws.cfg.base.spec
     if not spec:
-        raise FileNotFoundError(f"base model {path} is missing: run `make tiny-model`")
+        raise FileNotFoundError(f"base model {path} is missing: run `make base-model` "
+                                "(SmolLM2) or `make tiny-model`")
     from mcprl_inference.tiny_model import TinySpec, build_model
 
     path.mkdir(parents=True, exist_ok=True)
@@ -279,6 +280,22 @@ def _read_json(path: Path) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def is_adapter(path: Path) -> bool:
+    """A LoRA adapter folder (served on top of the base) rather than a whole model."""
+
+    return (path / "adapter_config.json").is_file()
+
+
+async def _load_adapter(base_url: str, name: str, path: str) -> None:
+    from mcprl_trainer.policy import PolicyClient
+
+    policy = PolicyClient(base_url)
+    try:
+        await policy.load_adapter(name, path)
+    finally:
+        await policy.aclose()
+
+
 def stage_eval(ws: Workspace, services: Services) -> dict[str, Any]:
     from mcprl_demo.heldout import evaluate_heldout
 
@@ -297,11 +314,17 @@ def stage_eval(ws: Workspace, services: Services) -> dict[str, Any]:
     if cfg.eval.base_too:
         targets.insert(0, ("base", ensure_base(ws)))
     for label, model in targets:
-        if not (model / "config.json").exists() or not any(model.glob("*.safetensors")):
+        adapter = is_adapter(model)
+        if not adapter and (not (model / "config.json").exists()
+                            or not any(model.glob("*.safetensors"))):
             _say(f"eval: skipping {label}, {model} holds no weights")
             continue
-        base_url, served, stop = services.engine(model, f"engine-{label}")
+        base_url, served, stop = services.engine(ensure_base(ws) if adapter else model,
+                                                 f"engine-{label}")
         try:
+            if adapter:
+                served = label
+                asyncio.run(_load_adapter(base_url, served, str(model.resolve())))
             res = asyncio.run(evaluate_heldout(
                 val, base_url=base_url, model=served, mcp_url=services.mcp_url(),
                 renderer=renderer, settings=settings, concurrency=cfg.eval.concurrency,

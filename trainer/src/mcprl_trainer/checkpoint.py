@@ -124,10 +124,12 @@ def clean_temporaries(run_dir: Path) -> None:
                 shutil.rmtree(child, ignore_errors=True)
 
 
-def prune_checkpoints(run_dir: Path, keep: int) -> None:
-    """Keep the newest ``keep`` checkpoints (0 keeps all)."""
+def prune_checkpoints(run_dir: Path, keep: int, every: int = 0) -> None:
+    """Keep the newest ``keep`` checkpoints (0 keeps all), and every ``every``-th step's."""
 
     if keep <= 0:
         return
     for ckpt in list_checkpoints(run_dir)[:-keep]:
+        if every > 0 and ckpt.step % every == 0:
+            continue
         shutil.rmtree(ckpt.path, ignore_errors=True)

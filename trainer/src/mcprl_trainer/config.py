@@ -121,6 +121,20 @@ class LoraSettings(_Section):
     target_modules: list[str] | Literal["all-linear"] = Field(
         "all-linear", description="Modules to adapt; 'all-linear' = every linear layer."
     )
+    init_adapter: Path | None = Field(
+        None, description="A saved peft adapter to start from (a warm start, e.g. "
+        "demo/checkpoints/smollm2-warm-start): trained further, and served in place of the "
+        "bare base for step 0's rollouts and eval. Its own rank, alpha and modules win over "
+        "r, alpha and target_modules."
+    )
+
+    @model_validator(mode="after")
+    def _adapter_exists(self) -> LoraSettings:
+        if self.init_adapter is not None and not (self.init_adapter
+                                                  / "adapter_config.json").is_file():
+            raise ValueError(f"lora.init_adapter {self.init_adapter} holds no "
+                             "adapter_config.json (a peft adapter folder)")
+        return self
 
 
 class TrainConfig(_Section):
@@ -202,6 +216,10 @@ class RunConfig(_Section):
         False, description="POST /sleep to a same-GPU engine before training, /wake_up after."
     )
     keep_checkpoints: int = Field(0, ge=0, description="Keep the last N checkpoints; 0 = all.")
+    keep_checkpoints_every: int = Field(
+        0, ge=0, description="Also keep every K-th step's checkpoint whatever keep_checkpoints "
+        "says (adapters for a learning curve evaluated afterwards); 0 = off."
+    )
     save_rollouts: bool = Field(True, description="Write each step's trajectories as JSONL.")
     reward: RewardConfig = Field(
         default_factory=RewardConfig, description="How the judge combines reward components."
@@ -245,6 +263,9 @@ class RunConfig(_Section):
             raise ValueError("rollout.max_tokens_per_turn exceeds rollout.max_context")
         if ro.min_tokens_per_turn > ro.max_tokens_per_turn:
             raise ValueError("rollout.min_tokens_per_turn exceeds rollout.max_tokens_per_turn")
+        if self.lora.init_adapter is not None and self.train.kl_coef > 0:
+            raise ValueError("train.kl_coef > 0 with lora.init_adapter: the KL reference would "
+                             "be the bare base model, not the warm start; not supported")
         return self
 
     def dump_yaml(self) -> str:

@@ -51,10 +51,12 @@ def load_base_model(path: str, device: torch.device, dtype: torch.dtype):
 
 
 def attach_lora(model, lora: LoraSettings, adapter_path: Path | None = None):
-    """A fresh LoRA (seeded by the caller) or the one saved at ``adapter_path`` (resume)."""
+    """The LoRA saved at ``adapter_path`` (resume), else the warm start's
+    (``lora.init_adapter``), else a fresh one (seeded by the caller)."""
 
     from peft import LoraConfig, PeftModel, get_peft_model
 
+    adapter_path = adapter_path or lora.init_adapter
     if adapter_path is not None:
         return PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
     config = LoraConfig(

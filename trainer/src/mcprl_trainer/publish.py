@@ -21,10 +21,12 @@ log = logging.getLogger(__name__)
 
 
 def engine_adapter_path(config: RunConfig, checkpoint_path: Path) -> str:
-    """The checkpoint's path as the engine sees it."""
+    """The checkpoint's path as the engine sees it (an adapter outside the run outputs, such
+    as a warm start, must be at the same path on both sides)."""
 
     local = checkpoint_path.resolve()
-    if not config.policy.engine_output_dir:
+    if not config.policy.engine_output_dir or not local.is_relative_to(
+            config.output_dir.resolve()):
         return str(local)
     relative = local.relative_to(config.output_dir.resolve())
     return str(Path(config.policy.engine_output_dir) / relative)

@@ -211,7 +211,7 @@ class Trainer:
         m["step_seconds"] = time.perf_counter() - t_step
         self._write_jsonl("metrics.jsonl", self.history)
         update_report_safely(self.run_dir, steps=[step])
-        prune_checkpoints(self.run_dir, cfg.keep_checkpoints)
+        prune_checkpoints(self.run_dir, cfg.keep_checkpoints, cfg.keep_checkpoints_every)
         self.metrics.observe_step(step, m)
         self.status.update(last_step={k: v for k, v in m.items() if not isinstance(v, dict)})
         self.progress.step_done(step_line(step, cfg.steps, m))
@@ -253,6 +253,9 @@ class Trainer:
                 start = latest.step
                 self.current_model = await publish_adapter(policy, cfg, latest.path)
                 log.info("resumed from %s (step %d done)", latest.path, start)
+            elif cfg.lora.init_adapter is not None:  # step 0 samples the warm start
+                self.current_model = await publish_adapter(policy, cfg, cfg.lora.init_adapter)
+                log.info("starting from adapter %s", cfg.lora.init_adapter)
             self._write_jsonl("metrics.jsonl", self.history)
             self._write_jsonl("evals.jsonl", self.evals)
             splits = await load_scenarios(cfg.scenarios)

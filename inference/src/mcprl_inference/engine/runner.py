@@ -111,16 +111,15 @@ class ModelRunner:
             torch.cuda.empty_cache()
 
     # forward passes --------------------------------------------------------------------
-    def _masks(self, mask: torch.Tensor | None) -> dict[str, torch.Tensor | None]:
-        return {"full_attention": mask, "sliding_attention": mask,
-                "chunked_attention": mask, "linear_attention": mask}
-
     def _hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 mask: torch.Tensor | None) -> torch.Tensor:
+        # A 4D mask is handed to every layer as it is, by every model's mask builder (Llama's
+        # single mask, Qwen2's per-layer-type mapping alike). A dict is only understood by
+        # models with layer types: Llama passed it to its mask builder, which returns None
+        # for a custom attention, and decode then attended to stale cache positions.
         with fusions.active():
             out = self.decoder(input_ids=input_ids, position_ids=position_ids,
-                               attention_mask=self._masks(mask), past_key_values=self.cache,
-                               use_cache=True)
+                               attention_mask=mask, past_key_values=self.cache, use_cache=True)
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
     def prefill(self, prompts: list[list[int]], slots: list[int]) -> torch.Tensor:

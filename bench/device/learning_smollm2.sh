@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The SmolLM2 learning proof (bench/learning_run.py) on a lent GPU box, within what its calls
+# carry: 64 MiB and 10 minutes each, the machine (and $HOME) kept only while warm. So the
+# 98 MB GGUF travels in parts, the run starts in the background, and later calls wait on it.
+#
+#   bash bench/device/learning_smollm2.sh stash         # each call: install carried .whl/ into
+#                                                       # ~/site, move carried .carry/* to ~/parts
+#   bash bench/device/learning_smollm2.sh start         # join + check the GGUF, convert, start
+#   bash bench/device/learning_smollm2.sh wait SECONDS  # follow the run; results into $OUT
+#
+# Here, before the calls: `make gpu-wheels`, the warm start's demonstrations
+# (`bench/learning_run.py ... --prepare-only --out runs/lr-smollm2`, same arguments as RUN_ARGS
+# below) and the GGUF parts (`bench/device/split_gguf.sh`). What comes back: learning_run.json,
+# curves.png, results-section.md, the warm-start adapter and the logs (tarballs).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SITE=$HOME/site PARTS=$HOME/parts RUN=$HOME/lr
+GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+export PYTHONPATH=$SITE:$(printf "$PWD/%s/src:" common inference mcp-server scenario-gen judge \
+  trainer demo stack) HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+RUN_ARGS=(--device cuda --base-model models/smollm2-135m-instruct
+  --warmstart-config configs/warmstart-smollm2.yaml --trainer-config configs/smollm2.yaml
+  --sft-excludes entities --scenarios 400 --eval-max 48 --sampled-eval 2 --eval-concurrency 48
+  --curve-every 4 --curve-points 5 --arms grpo,shuffled --control-seeds 2
+  --extra-arm "lr1e-4:train.lr=1.0e-4:1" --extra-arm "lr1e-3:train.lr=1.0e-3:1"
+  --budget-s "${BUDGET_S:-480}" --stop-grace-s 40 --parallel 7)
+export INFERENCE_MAX_BATCH_SIZE=128
+
+stash() {
+  if compgen -G ".whl/*.whl" >/dev/null && [ ! -f "$SITE/.done" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$SITE" .whl/*.whl && touch "$SITE/.done"
+  fi
+  mkdir -p "$PARTS"
+  if [ -d .carry ]; then cp -r .carry/. "$PARTS/"; fi
+  ls -la "$PARTS"; du -sh "$SITE" 2>/dev/null || true
+}
+
+start() {
+  local gguf=$PARTS/SmolLM2-135M-Instruct.Q4_1.gguf
+  [ -f "$gguf" ] || cat "$PARTS"/gguf.part-* > "$gguf"
+  echo "$GGUF_SHA256  $gguf" | sha256sum -c -
+  python3 -m mcprl_inference.base_model --gguf "$gguf" --out models
+  mkdir -p "$RUN"
+  [ -d "$PARTS/warmstart" ] && [ ! -d "$RUN/warmstart" ] && cp -r "$PARTS/warmstart" "$RUN/"
+  find "$RUN/warmstart" -name '*.gz' -exec gunzip -f {} +
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
+  setsid nohup python3 bench/learning_run.py "${RUN_ARGS[@]}" --reuse-warmstart-data \
+    --out "$RUN" > "$RUN/run.log" 2> "$RUN/progress.log" < /dev/null &
+  echo $! > "$RUN/pid"
+  echo "started: ${RUN_ARGS[*]}"
+}
+
+wait_run() {
+  local until=$((SECONDS + ${1:-540})) pid
+  pid=$(cat "$RUN/pid")
+  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $until ]; do sleep 10; done
+  tail -n 25 "$RUN/progress.log"
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader || true
+  if kill -0 "$pid" 2>/dev/null; then echo "RUNNING"; return 0; fi
+  echo "DONE"
+  local out=${OUT:-/tmp/out}
+  cp "$RUN"/learning_run.json "$RUN"/curves.png "$RUN"/results-section.md "$out"/ 2>/dev/null || true
+  tail -c 4000 "$RUN/run.log" > "$out/run-tail.txt" || true
+  tar -czf "$out/warm-start.tgz" -C "$RUN/warmstart" model sft.json expert.json 2>/dev/null || true
+  tar -czf "$out/logs.tgz" -C "$RUN" progress.log logs configs \
+    $(cd "$RUN" && ls runs/*/metrics.jsonl runs/*/evals.jsonl 2>/dev/null) || true
+}
+
+case "${1:-}" in
+  stash) stash ;;
+  start) stash; start ;;
+  wait) wait_run "${2:-540}" ;;
+  *) echo "usage: $0 stash | start | wait SECONDS" >&2; exit 2 ;;
+esac
