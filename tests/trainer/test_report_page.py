@@ -48,6 +48,7 @@ def test_a_run_report_is_written_from_the_run_files(tmp_path: Path) -> None:
     assert names == ["eval-0000.js", "eval-0000.json", "eval-0003.js", "eval-0003.json",
                      *[f"train-000{s}.{ext}" for s in (1, 2, 3) for ext in ("js", "json")]]
     assert not list(run.rglob(".*.tmp"))  # atomic writes leave no temporaries
+    assert page.stat().st_mode & 0o777 == 0o644  # readable by whoever opens it
     index = _index(page)
     assert index["run"]["name"] == "synthetic" and index["run"]["steps_done"] == 3
     assert index["train"]["steps"] == [1, 2, 3] and index["eval"]["steps"] == [0, 3]
