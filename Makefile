@@ -21,7 +21,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
 .PHONY: help setup test lint fmt demo bench serve-mcp serve-inference serve-scenario-gen \
-	serve-judge base-model tiny-model warm-start train stack up up-cpu down gpu-wheels learning-smoke lock clean
+	serve-judge base-model tiny-model warm-start train stack up up-cpu down gpu-wheels learning-smoke lock clean \
+	browser
 
 help:  ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -47,6 +48,13 @@ fmt: setup  ## ruff autofix + format
 test: setup tiny-model  ## lint, then the whole test suite (unit + integration on loopback)
 	$(BIN)/ruff check .
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Debian's chromium (not pinned: the security archive replaces old builds) for the run report's
+# browser tests; they skip without it, and fail without it under CI=true.
+browser:  ## install headless Chromium for the report's browser tests (apt, as root; CI runs it)
+	@if [ -x /usr/bin/chromium ]; then /usr/bin/chromium --version; else \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    --no-install-recommends chromium fonts-dejavu-core; fi
 
 bench: setup tiny-model  ## CPU benchmarks, each prints JSON (ours next to a baseline)
 	$(PY) bench/bench_mcp_server.py --quick

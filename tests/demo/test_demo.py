@@ -74,6 +74,7 @@ def test_short_demo_end_to_end(checkpoint: Path, tmp_path: Path, monkeypatch) ->
     png = outcome.paths["png"].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "| success_rate |" in outcome.paths["md"].read_text()
+    assert "mcprl-index" in outcome.paths["html"].read_text()  # the page people look at
     saved = json.loads(outcome.paths["json"].read_text())
     assert saved["config"]["reward"]["mode"] == "verifiable"
     console = Console(record=True, width=160)

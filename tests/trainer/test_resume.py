@@ -102,3 +102,7 @@ def test_sigterm_then_sigkill_then_resume(stack, tmp_path) -> None:
         assert sorted(set(got)) == sorted(set(expected))
     report = json.loads((run / "report.json").read_text())
     assert report["steps_done"] == 3 and report["stopped_early"] is False
+    # The run report covers the steps and evals of all three processes.
+    data = run / "report-data"
+    assert sorted(p.stem for p in data.glob("*.js")) == \
+        ["eval-0000", "eval-0002", "eval-0003", "train-0001", "train-0002", "train-0003"]

@@ -108,5 +108,6 @@ def print_summary(console: Console, outcome: DemoOutcome, wall_s: float) -> None
     console.print(results_table(outcome))
     times = ", ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items())
     console.print(f"wall time {wall_s:.0f}s ({times})", highlight=False)
-    console.print(f"report: {outcome.paths['md']}\n        {outcome.paths['json']}\n"
+    console.print(f"report: {outcome.paths['html']} (open it in a browser)\n"
+                  f"        {outcome.paths['md']}\n        {outcome.paths['json']}\n"
                   f"reward curve: {outcome.paths['png']}", highlight=False)

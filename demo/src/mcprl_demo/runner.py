@@ -198,8 +198,9 @@ class DemoRun:
         if code != 0:
             raise DemoError(f"the trainer exited with {code}; see "
                             f"{self.out / 'stack' / 'logs' / 'trainer.log'}")
-        return {"json": run_dir / "report.json", "md": run_dir / "report.md",
-                "png": run_dir / "reward_curve.png", "run_dir": run_dir}
+        return {"html": run_dir / "report.html", "json": run_dir / "report.json",
+                "md": run_dir / "report.md", "png": run_dir / "reward_curve.png",
+                "run_dir": run_dir}
 
     def _follow(self, proc: ServiceProcess, status_url: str) -> None:
         deadline = time.monotonic() + self.config.demo.run_timeout_s

@@ -16,7 +16,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from mcprl_common.errors import BadRequestError, NotFoundError
+from mcprl_common.files import atomic_write_bytes
 from mcprl_common.wire import Scenario, ScenarioSetManifest
 
 FORMAT_VERSION = 1
@@ -41,27 +41,6 @@ class StoredManifest(ScenarioSetManifest):
     progress: dict[str, Any] = Field(default_factory=dict, description="Last progress seen.")
     usage: dict[str, int] = Field(default_factory=dict, description="LLM calls and tokens.")
     files: dict[str, str] = Field(default_factory=dict, description="Split -> file name.")
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def jsonl_bytes(scenarios: Iterable[Scenario]) -> bytes:

@@ -45,6 +45,8 @@ def build_step_batch(batch: GroupBatch, train: TrainConfig, *, seed: int, step: 
         if train.shuffle_rewards:
             rewards = shuffled_group_rewards(rewards, seed=seed, step=step, group=gi)
         adv = group_advantages(rewards, scale=train.scale_advantages)
+        for result, a in zip(group.results, adv.advantages, strict=True):
+            result.advantage = a  # recorded with the rollout, trained on or not
         if adv.zero_variance:
             zero_variance += 1
             if train.skip_zero_variance:

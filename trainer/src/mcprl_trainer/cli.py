@@ -1,4 +1,5 @@
 """``mcprl-train --config FILE [--resume]``: one training run, with progress bars.
+``mcprl-train report RUN_DIR``: write the run's ``report.html`` again from its files.
 
 SIGTERM/SIGINT stop the run gracefully after the current step (its checkpoint is written, so
 ``--resume`` continues with the next step); a second signal stops at once.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from mcprl_common.logging import configure_logging
 from mcprl_trainer.config import load_config
+from mcprl_trainer.html_report import rebuild_report
 from mcprl_trainer.runner import RunExistsError, Trainer
 
 log = logging.getLogger("mcprl_trainer")
@@ -78,8 +80,28 @@ def _install_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+def report_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="mcprl-train report",
+                                     description="Write RUN_DIR/report.html again from the "
+                                     "run's metrics, evals and rollouts.")
+    parser.add_argument("run_dir", type=Path, help="a run directory (runs/<name>)")
+    args = parser.parse_args(argv)
+    try:
+        page = rebuild_report(args.run_dir)
+    except (FileNotFoundError, ValueError, KeyError) as exc:  # not a run, or damaged files
+        print(f"mcprl-train report: {exc}", file=sys.stderr)
+        return 2
+    print(page)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mcprl-train", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        return report_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="mcprl-train", description=__doc__.splitlines()[0],
+        epilog="mcprl-train report RUN_DIR writes a run's report.html again.")
     parser.add_argument("--config", type=Path, required=True, help="run YAML (see configs/)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the run's latest checkpoint")
@@ -112,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         progress.close()
     state = "stopped early" if outcome.stopped_early else "done"
     print(f"mcprl-train: {state} after step {outcome.steps_done}; report: "
-          f"{outcome.report['md']}", file=sys.stderr)
+          f"{outcome.report['html']}", file=sys.stderr)
     return 0
 
 

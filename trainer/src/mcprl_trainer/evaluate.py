@@ -11,17 +11,26 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from mcprl_common.wire import Scenario
-from mcprl_trainer.groups import GroupBatch, GroupRunner
+from mcprl_trainer.groups import GroupBatch, GroupRunner, ScoredGroup
 from mcprl_trainer.records import RolloutResult
 from mcprl_trainer.rollout import RolloutSettings
 
 
 def is_success(result: RolloutResult, threshold: float) -> bool:
-    if result.reward is None:
+    return success_of(result.reward, result.components,
+                      result.scenario.ground_truth is not None, threshold)
+
+
+def success_of(reward: float | None, components: dict[str, float], has_ground_truth: bool,
+               threshold: float) -> bool:
+    """Success as the module docstring defines it, on plain values (the run report reads
+    them back from the rollouts JSONL)."""
+
+    if reward is None:
         return False
-    if result.scenario.ground_truth is not None and "verifiable" in result.components:
-        return result.components["verifiable"] >= 1.0
-    return result.reward >= threshold
+    if has_ground_truth and "verifiable" in components:
+        return components["verifiable"] >= 1.0
+    return reward >= threshold
 
 
 @dataclass
@@ -65,6 +74,7 @@ class EvalResult:
     stats: RolloutStats
     failed_groups: int
     seconds: float
+    groups: list[ScoredGroup] = field(default_factory=list)  # the rollouts, for the report
 
     def as_dict(self) -> dict:
         return {"step": self.step, "model": self.model, **self.stats.as_dict(),
@@ -81,4 +91,4 @@ async def evaluate(runner: GroupRunner, scenarios: list[Scenario], *, step: int,
                                          settings=settings, seed_parts=(seed, "eval"))
     results = [r for g in batch.ok for r in g.results]
     return EvalResult(step, model, rollout_stats(results, threshold), len(batch.failed),
-                      batch.rollout_seconds + batch.judge_seconds)
+                      batch.rollout_seconds + batch.judge_seconds, batch.groups)

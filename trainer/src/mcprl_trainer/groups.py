@@ -142,4 +142,5 @@ class GroupRunner:
         for result, score in zip(results, response.scores, strict=True):
             result.reward = score.score
             result.components = dict(score.components)
+            result.explanation = score.explanation
         return ScoredGroup(scenario, results)

@@ -72,3 +72,5 @@ class RolloutResult:
     tool_errors: Counter = field(default_factory=Counter)  # by kind
     reward: float | None = None
     components: dict[str, float] = field(default_factory=dict)
+    explanation: str = ""  # the judge's, for the run report
+    advantage: float | None = None  # set when the step's batch is built

@@ -1,10 +1,13 @@
-"""The run's final report: ``report.json``, ``report.md`` and ``reward_curve.png``."""
+"""The run's final report: ``report.json``, ``report.md``, ``reward_curve.png`` and the page
+people look at, ``report.html`` (see :mod:`mcprl_trainer.html_report`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+from mcprl_trainer.html_report import update_report
 
 EVAL_COLUMNS = ("success_rate", "mean_reward", "mean_turns", "tool_error_rate")
 
@@ -90,4 +93,5 @@ def write_report(run_dir: Path, *, config: dict[str, Any], history: list[dict[st
         lines.append("")
     lines.append("![reward curve](reward_curve.png)")
     paths["md"].write_text("\n".join(lines) + "\n")
+    paths["html"] = update_report(run_dir)
     return paths

@@ -108,6 +108,7 @@ async def run_rollout(
     finish: str = "max_turns"
     final_answer: str | None = None
     tool_calls = malformed = 0
+    error_ids: list[str] = []  # tool_call_ids whose result was an error (for the report)
     for turn in range(settings.max_turns):
         room = settings.max_context - length
         if room < settings.min_tokens_per_turn:
@@ -154,6 +155,8 @@ async def run_rollout(
                 result = await session.call(call.name, call.arguments)
                 if result.is_error:
                     errors[result.error_kind or "tool_error"] += 1
+            if result.is_error:
+                error_ids.append(call_id)
             text = truncate_tool_output(renderer, result.text, settings.tool_output_max_tokens)
             tool_messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         messages += tool_messages  # results of calls made before complete_task included
@@ -180,7 +183,7 @@ async def run_rollout(
         malformed_tool_calls=malformed,
         metadata={"scenario_id": scenario.id, "model": model, "seed": seed,
                   "served_by": sorted({t.model for t in record.turns}),
-                  "sampled_tokens": record.sampled_tokens},
+                  "sampled_tokens": record.sampled_tokens, "tool_error_ids": error_ids},
     )
     return RolloutResult(scenario, trajectory, record, time.perf_counter() - started, errors)
 

@@ -8,7 +8,6 @@ where the crashed one stopped.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -30,8 +29,9 @@ from mcprl_trainer.checkpoint import (
 )
 from mcprl_trainer.config import RunConfig, save_config
 from mcprl_trainer.evaluate import evaluate
-from mcprl_trainer.groups import GroupBatch, GroupRunner, McpTarget
+from mcprl_trainer.groups import GroupRunner, McpTarget, ScoredGroup
 from mcprl_trainer.grpo import GRPOUpdater
+from mcprl_trainer.html_report import update_report_safely
 from mcprl_trainer.judge_client import JudgeClient
 from mcprl_trainer.metrics import TrainerMetrics
 from mcprl_trainer.modeling import load_policy, load_tokenizer
@@ -41,6 +41,12 @@ from mcprl_trainer.records import RolloutResult
 from mcprl_trainer.rendering import ChatRenderer
 from mcprl_trainer.report import write_report
 from mcprl_trainer.rollout import RolloutSettings
+from mcprl_trainer.run_files import (
+    eval_rollouts_path,
+    rollout_rows,
+    train_rollouts_path,
+    write_jsonl,
+)
 from mcprl_trainer.scenarios import ScenarioSplits, load_scenarios, step_scenarios
 from mcprl_trainer.status import RunStatus, start_status_server
 
@@ -121,22 +127,11 @@ class Trainer:
         return RolloutSettings.from_config(self.config.rollout, temperature=temperature)
 
     def _write_jsonl(self, name: str, rows: list[dict[str, Any]]) -> None:
-        path = self.run_dir / name
-        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+        write_jsonl(self.run_dir / name, rows)
 
-    def _save_rollouts(self, step: int, batch: GroupBatch) -> None:
-        if not self.config.save_rollouts:
-            return
-        out = self.run_dir / "rollouts"
-        out.mkdir(exist_ok=True)
-        rows = []
-        for gi, group in enumerate(batch.groups):
-            for r in group.results:
-                rows.append({"step": step, "group": gi, "scenario_id": group.scenario.id,
-                             "reward": r.reward, "components": r.components,
-                             "group_error": group.error, "seconds": round(r.seconds, 3),
-                             "trajectory": r.trajectory.model_dump(mode="json")})
-        (out / f"step-{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    def _save_rollouts(self, path: Path, step: int, groups: list[ScoredGroup]) -> None:
+        if self.config.save_rollouts:
+            write_jsonl(path, rollout_rows(step, groups))
 
     def _on_rollout(self, result: RolloutResult) -> None:
         self.metrics.observe_rollout(result.seconds, result.trajectory.finish_reason,
@@ -159,6 +154,8 @@ class Trainer:
         row = result.as_dict()
         self.evals = [e for e in self.evals if e["step"] != step] + [row]
         self._write_jsonl("evals.jsonl", self.evals)
+        self._save_rollouts(eval_rollouts_path(self.run_dir, step), step, result.groups)
+        update_report_safely(self.run_dir, evals=[step])
         self.metrics.observe_eval(result.stats.success_rate, result.stats.mean_reward)
         self.status.update(last_eval=row)
         self.progress.step_done(
@@ -187,9 +184,9 @@ class Trainer:
                                  on_rollout=self._on_rollout)
         if not batch.ok:
             raise RuntimeError(f"step {step}: every group failed ({batch.failed[0].error})")
-        self._save_rollouts(step, batch)
         step_batch = build_step_batch(batch, cfg.train, seed=cfg.seed, step=step,
                                       success_threshold=cfg.eval.success_threshold)
+        self._save_rollouts(train_rollouts_path(self.run_dir, step), step, batch.groups)
         m = dict(step_batch.metrics)
         self.status.update(phase="train")
         self.progress.phase(f"step {step}/{cfg.steps} update", None)
@@ -213,6 +210,7 @@ class Trainer:
         m["publish_seconds"] = time.perf_counter() - t_pub
         m["step_seconds"] = time.perf_counter() - t_step
         self._write_jsonl("metrics.jsonl", self.history)
+        update_report_safely(self.run_dir, steps=[step])
         prune_checkpoints(self.run_dir, cfg.keep_checkpoints, cfg.keep_checkpoints_every)
         self.metrics.observe_step(step, m)
         self.status.update(last_step={k: v for k, v in m.items() if not isinstance(v, dict)})
