@@ -45,7 +45,7 @@ fmt: setup  ## ruff autofix + format
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: setup tiny-model  ## lint, then the whole test suite (unit + integration on loopback)
+test: setup tiny-model base-model  ## lint, then the whole test suite (unit + integration on loopback)
 	$(BIN)/ruff check .
 	$(BIN)/pytest $(PYTEST_ARGS)
 
