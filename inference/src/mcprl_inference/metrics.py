@@ -47,12 +47,18 @@ class EngineMetrics:
                                "Largest decode batch since start.", label, registry=registry)
         self.lora_loads = Counter("mcprl_inference_lora_loads", "LoRA adapters loaded.", label,
                                   registry=registry)
+        self.prefix_queries = Counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", label,
+            registry=registry)
+        self.prefix_hits = Counter(
+            "vllm:prefix_cache_hits", "Prompt tokens served from the prefix cache.", label,
+            registry=registry)
         self.sleeping = Gauge("mcprl_inference_sleeping", "1 while the engine sleeps.", label,
                               registry=registry)
         self._max_batch = 0
         for metric in (self.running, self.waiting, self.prompt_tokens, self.generation_tokens,
                        self.batch_max, self.lora_loads, self.sleeping, self.batch, self.ttft,
-                       self.e2e):
+                       self.e2e, self.prefix_queries, self.prefix_hits):
             metric.labels(model_name)
 
     def on_step(self, running: int, waiting: int, decode_batch: int) -> None:
@@ -66,6 +72,8 @@ class EngineMetrics:
 
     def on_request_done(self, output: RequestOutput, adapter: str | None) -> None:
         self.prompt_tokens.labels(self.model_name).inc(len(output.prompt_token_ids))
+        self.prefix_queries.labels(self.model_name).inc(len(output.prompt_token_ids))
+        self.prefix_hits.labels(self.model_name).inc(output.cached_tokens)
         self.generation_tokens.labels(self.model_name).inc(
             sum(len(o.token_ids) for o in output.outputs))
         self.ttft.labels(self.model_name).observe(output.time_to_first_token_s)

@@ -72,6 +72,13 @@ class InferenceSettings(ServiceSettings):
     trust_remote_code: bool = Field(False, description="Allow model code from the model folder.")
     decode_attention: str = Field("auto", description="Decode attention kernel: auto, sdpa, "
                                                       "matmul.")
+    enable_prefix_caching: bool = Field(
+        True, description="Reuse the KV of earlier sequences for prompts that start with the "
+                          "same tokens (vLLM --enable-prefix-caching): an agent's next turn and "
+                          "every rollout's shared system prompt skip their cached start.")
+    prefix_cache_memory_gb: float | None = Field(
+        None, gt=0, description="Memory of the prefix cache in GiB; unset: 1 GiB on CPU, 10% "
+                                "of the KV cache budget (at most 8 GiB) on CUDA.")
     request_timeout_s: float = Field(600.0, gt=0, description="A request still queued or "
                                                               "running after this fails (504).")
 
@@ -88,6 +95,8 @@ class InferenceSettings(ServiceSettings):
             max_loras=self.max_loras, max_lora_rank=self.max_lora_rank, lora_mode=self.lora_mode,
             max_logprobs=self.max_logprobs, seed=self.seed,
             decode_attention=self.decode_attention,
+            enable_prefix_caching=self.enable_prefix_caching,
+            prefix_cache_memory_gb=self.prefix_cache_memory_gb,
         )
 
     def static_loras(self) -> list[tuple[str, str]]:

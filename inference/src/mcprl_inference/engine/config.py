@@ -47,5 +47,13 @@ class EngineConfig:
     ``torch.compile``d rotary embedding); ``auto``: ``norm`` on CUDA (the setting verified by
     the GPU correctness tests; ``norm+rotary`` benchmarked faster but is not yet verified
     there), ``none`` on CPU."""
+    enable_prefix_caching: bool = True
+    """Reuse the KV of earlier sequences for prompts that start with the same tokens (vLLM's
+    ``--enable-prefix-caching``; see ``engine.prefix_cache``)."""
+    prefix_cache_memory_gb: float | None = None
+    """Memory of the prefix cache in GiB; ``None``: 1 GiB on CPU, 10% of the KV budget (at
+    most 8 GiB) on CUDA."""
+    prefix_block_size: int = 16
+    """Tokens per cached block (vLLM's ``--block-size``): prefixes are reused in whole blocks."""
     profile: bool = False
     """Time the decode forward and the sampler separately with CUDA events (benchmarks)."""

@@ -31,6 +31,7 @@ import torch
 from mcprl_inference.engine.config import EngineConfig
 from mcprl_inference.engine.loader import eos_token_ids, resolve_device, resolve_dtype
 from mcprl_inference.engine.lora import LoraManager
+from mcprl_inference.engine.prefix_cache import PrefixCache
 from mcprl_inference.engine.runner import ModelRunner
 from mcprl_inference.engine.sampling import SamplingBatch, SamplingParams, sample, unpack_bitmask
 from mcprl_inference.engine.sequence import (
@@ -78,6 +79,7 @@ class LLMEngine:
         self.max_prefill_tokens = self.config.max_prefill_tokens or (
             16384 if self.device.type == "cuda" else 2048)
         self.kv_budget_tokens = self._kv_budget_bytes() // self.runner.cache.bytes_per_token
+        self.prefix_cache = PrefixCache(self.config.prefix_block_size, self._prefix_tokens())
         self.observer: EngineObserver = observer or NullObserver()
         self.stats = EngineStats()
         self._cv = threading.Condition()
@@ -129,6 +131,19 @@ class LLMEngine:
             cfg, "intermediate_size", 4 * cfg.hidden_size)) * itemsize
             + self.config.max_batch_size * self.vocab_size * 4 * 8)
         return max(int(self.config.gpu_memory_utilization * total) - used - workspace, 2**28)
+
+    def _prefix_tokens(self) -> int:
+        if not self.config.enable_prefix_caching:
+            return 0
+        gib = self.config.prefix_cache_memory_gb
+        if gib is not None:
+            budget = int(gib * 2**30)
+        elif self.device.type == "cuda":
+            budget = min(self.kv_budget_tokens * self.runner.cache.bytes_per_token // 10,
+                         8 * 2**30)
+        else:
+            budget = 2**30
+        return budget // self.runner.cache.bytes_per_token
 
     # lifecycle -------------------------------------------------------------------------
     def start(self) -> LLMEngine:
@@ -264,6 +279,7 @@ class LLMEngine:
     def sleep(self, level: int = 1) -> concurrent.futures.Future:
         def _sleep() -> None:
             if not self._sleeping:
+                self.prefix_cache.clear()
                 self.runner.offload()
                 self.lora.move_pristine(next(self.runner.model.parameters()).device)
                 self._counts = self._prompt_mask = None
@@ -415,7 +431,7 @@ class LLMEngine:
                 slot += 1
                 new_seqs.append(seq)
         self._running.extend(new_seqs)  # before the forward: a failure fails them too
-        logits = self.runner.prefill([r.prompt_ids for r in requests], first_slots)
+        logits = self._prefill_logits(requests, first_slots)
         expand: list[int] = []
         for i, req in enumerate(requests):
             for seq in req.sequences[1:]:
@@ -445,6 +461,39 @@ class LLMEngine:
         self._take(new_seqs, result.host)
         self._batch = None  # composition changed
         self._retire()
+
+    def _prefill_logits(self, requests: list[EngineRequest], slots: list[int]) -> torch.Tensor:
+        """Logits after each prompt: prompts with a cached start run only their rest, one by
+        one; the others are prefilled together."""
+
+        adapter = self.lora.key(self._group)
+        hits = {i: self.prefix_cache.lookup(adapter, r.prompt_ids)
+                for i, r in enumerate(requests)}
+        rows: dict[int, torch.Tensor] = {}
+        misses = [i for i, hit in hits.items() if hit is None]
+        if misses:
+            out = self.runner.prefill([requests[i].prompt_ids for i in misses],
+                                      [slots[i] for i in misses])
+            rows.update({i: out[j:j + 1] for j, i in enumerate(misses)})
+        for i, hit in hits.items():
+            if hit is not None:
+                requests[i].cached_tokens = hit.tokens
+                rows[i] = self.runner.prefill_extend(requests[i].prompt_ids, slots[i], hit.kv)
+        return torch.cat([rows[i] for i in range(len(requests))])
+
+    def _remember(self, finished: list[SequenceState]) -> None:
+        """Keep the KV of finished sequences for later prompts (before their slots are
+        reused): every position but the last sampled token, which was never run."""
+
+        if not self.prefix_cache.enabled:
+            return
+        adapter = self.lora.key(self._group)
+        for seq in finished:
+            if seq.finish_reason == "abort" or seq.slot < 0:
+                continue
+            tokens = [*seq.request.prompt_ids, *seq.output_ids][: seq.total_len - 1]
+            self.prefix_cache.store(adapter, tokens,
+                                    self.runner.cache.slot_kv(seq.slot, len(tokens)))
 
     def _ensure_penalty_state(self) -> None:
         rows = max(self.runner.cache.rows, 1)
@@ -565,6 +614,7 @@ class LLMEngine:
         finished = [s for s in self._running if s.finish_reason is not None]
         if not finished:
             return
+        self._remember(finished)
         alive = [s for s in self._running if s.finish_reason is None]
         n = len(alive)
         holes = sorted(s.slot for s in finished if s.slot < n)
@@ -592,7 +642,8 @@ class LLMEngine:
                                       s.finish_reason or "stop", s.stop_reason)
                        for s in req.sequences]
             out = RequestOutput(req.request_id, req.prompt_ids, outputs,
-                                (req.first_token or now) - req.arrival, now - req.arrival)
+                                (req.first_token or now) - req.arrival, now - req.arrival,
+                                req.cached_tokens)
             if any(s.finish_reason == "abort" for s in req.sequences):
                 req.future.cancel()
                 continue

@@ -12,7 +12,9 @@ Plans tell ``update`` what the current forward pass is:
 - prefill: rows are new sequences (right-padded prompts) written to ``slots`` at positions
   ``0..T-1``; attention runs causally over the fresh keys only (no prefix to attend to);
 - decode: row ``i`` is slot ``i``, its one new token goes to ``positions[i]`` and attention
-  reads the first ``attn_len`` positions of the slot under a length mask.
+  reads the first ``attn_len`` positions of the slot under a length mask;
+- extend: one sequence whose first ``start`` positions already hold a cached prefix: its new
+  tokens go to ``start..`` and attention reads the whole slot under a causal mask.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class SlotKVCache:
         self._slots: torch.Tensor | None = None
         self._positions: torch.Tensor | None = None
         self._attn_len = 0
+        self._slot = self._start = 0
         self._row_index = torch.arange(0, device=device)
 
     # sizes -----------------------------------------------------------------------------
@@ -148,6 +151,20 @@ class SlotKVCache:
     def plan_decode(self, positions: torch.Tensor, attn_len: int) -> None:
         self._mode, self._positions, self._attn_len = "decode", positions, attn_len
 
+    def plan_extend(self, slot: int, start: int) -> None:
+        self._mode, self._slot, self._start = "extend", slot, start
+
+    # prefix reuse ---------------------------------------------------------------------
+    def slot_kv(self, slot: int, length: int) -> torch.Tensor:
+        """``[layers, 2, kv_heads, length, head_dim]`` view of a slot's first positions."""
+
+        assert self.kv is not None
+        return self.kv[:, :, slot, :, :length]
+
+    def write_prefix(self, slot: int, kv: torch.Tensor) -> None:
+        assert self.kv is not None
+        self.kv[:, :, slot, :, : kv.shape[3]].copy_(kv)
+
     def clear_plan(self) -> None:
         self._mode, self._slots, self._positions = "none", None, None
 
@@ -168,6 +185,12 @@ class SlotKVCache:
             v_layer[index, :, self._positions] = value_states[:, :, 0]
             n = self._attn_len
             return k_layer[:rows, :, :n], v_layer[:rows, :, :n]
+        if self._mode == "extend":
+            end = self._start + key_states.shape[2]
+            k_layer[self._slot, :, self._start:end] = key_states[0]
+            v_layer[self._slot, :, self._start:end] = value_states[0]
+            return k_layer[self._slot:self._slot + 1, :, :end], v_layer[
+                self._slot:self._slot + 1, :, :end]
         raise RuntimeError("SlotKVCache.update called outside a planned forward pass")
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

@@ -141,6 +141,25 @@ class ModelRunner:
         h = hidden[torch.arange(len(prompts), device=self.device), last]
         return self.lm_head(h).float()
 
+    def prefill_extend(self, prompt: list[int], slot: int, prefix_kv: torch.Tensor
+                       ) -> torch.Tensor:
+        """Prefill one prompt whose first ``prefix_kv.shape[3]`` tokens are cached: the KV is
+        copied into the slot and only the rest runs; logits ``[1, V]`` after the last token."""
+
+        start = prefix_kv.shape[3]
+        self.cache.write_prefix(slot, prefix_kv)
+        t = len(prompt) - start
+        ids = torch.tensor([prompt[start:]], dtype=torch.long, device=self.device)
+        positions = torch.arange(start, len(prompt), device=self.device).unsqueeze(0)
+        keys = torch.arange(len(prompt), device=self.device)
+        mask = (keys[None, :] <= positions[0, :, None])[None, None]  # [1, 1, t, start + t]
+        self.cache.plan_extend(slot, start)
+        try:
+            hidden = self._hidden(ids, positions, mask)
+        finally:
+            self.cache.clear_plan()
+        return self.lm_head(hidden[:, t - 1]).float()
+
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         attn_len: int) -> torch.Tensor:
         mask = (self._arange[:attn_len][None, :] <= positions[:, None])[:, None, None, :]

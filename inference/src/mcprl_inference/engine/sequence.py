@@ -51,6 +51,8 @@ class RequestOutput:
     outputs: list[SequenceOutput]
     time_to_first_token_s: float
     latency_s: float
+    cached_tokens: int = 0
+    """Prompt tokens whose KV came from the prefix cache (vLLM's ``num_cached_tokens``)."""
 
 
 class EngineObserver(Protocol):
@@ -96,6 +98,7 @@ class EngineRequest:
     arrival: float = field(default_factory=time.perf_counter)
     first_token: float | None = None
     sequences: list[SequenceState] = field(default_factory=list)
+    cached_tokens: int = 0  # prompt tokens served by the prefix cache
 
 
 @dataclass
