@@ -74,3 +74,21 @@ def test_warmstart_config_rejects_unknown_keys_and_bad_values(tmp_path: Path) ->
     ok = load_warmstart_config(WARM, {"sft.steps": 7, "scenarios.train_db_seeds": [1]})
     assert ok.sft.steps == 7 and ok.scenarios.train_db_seeds == [1]
     assert ok.set_id != load_warmstart_config(WARM).set_id  # the set id names the data
+
+
+def test_the_smollm2_demo_starts_from_the_shipped_adapter(monkeypatch) -> None:
+    """A GPU box gets SmolLM2 + its warm-start adapter; CPUs the small model."""
+
+    from mcprl_demo.config import default_config
+
+    assert default_config(cuda=True) == Path("configs/smollm2.yaml")
+    assert default_config(cuda=False) == Path("configs/demo.yaml")
+    monkeypatch.chdir(REPO)  # the adapter path is relative to the repository, as in make demo
+    loaded = load_demo_config(REPO / "configs" / "smollm2.yaml", env={})
+    run = RunConfig.model_validate({**loaded.trainer, "model": loaded.demo.model,
+                                    "scenarios": {"url": "http://x", "set_id": "s"}})
+    assert run.lora.init_adapter == Path("demo/checkpoints/smollm2-warm-start")
+    assert (run.lora.r, run.lora.alpha) == (8, 16)
+    warm = load_warmstart_config(REPO / "configs" / "warmstart-smollm2.yaml")
+    assert warm.sft.lora_r == run.lora.r and warm.sft.init == "weights"
+    assert RolloutConfig(**trainer_rollout_section(REPO / warm.trainer_config)) == run.rollout

@@ -140,3 +140,37 @@ def test_shared_prefix_gives_the_same_loss_and_gradients(tiny_test_model: Path,
     part.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, grads[name], rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_lora_sft_saves_only_an_adapter_the_trainer_continues(tiny_test_model: Path, renderer,
+                                                              tmp_path: Path) -> None:
+    """``sft.lora_r``: the pretrained weights stay, the adapter alone is saved (bf16,
+    readable by all), and ``lora.init_adapter`` hands exactly it to RL."""
+
+    from mcprl_trainer.config import LoraSettings, TrainConfig
+    from mcprl_trainer.modeling import load_policy
+
+    examples = [_example(renderer, f"How many rows has table {i}?")[0] for i in range(4)]
+    out = tmp_path / "adapter"
+    settings = SftSettings(steps=3, batch_size=2, lr=5e-3, warmup_steps=0, init="weights",
+                           lora_r=4, lora_alpha=8, save_dtype="bfloat16", device="cpu")
+    result = train(examples, tiny_test_model, out, settings)
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json",
+                                                     "adapter_model.safetensors"]
+    assert all(p.stat().st_mode & 0o044 == 0o044 for p in out.iterdir())
+    assert result.parameters < 100_000  # the LoRA matrices, not the 0.7M-parameter model
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["lora_alpha"] == 8
+    policy = load_policy(str(tiny_test_model), LoraSettings(init_adapter=out),
+                         TrainConfig(device="cpu"))
+    lora_b = [p for n, p in policy.named_parameters() if "lora_B" in n]
+    assert lora_b and all(p.requires_grad for p in lora_b)
+    assert any(p.abs().sum() > 0 for p in lora_b)  # trained weights, not a fresh init (B = 0)
+
+
+def test_lora_sft_needs_the_pretrained_weights(tiny_test_model: Path, renderer,
+                                               tmp_path: Path) -> None:
+    examples = [_example(renderer, "How many tables?")[0]]
+    with pytest.raises(ValueError, match="sft.init"):
+        train(examples, tiny_test_model, tmp_path / "x",
+              SftSettings(steps=1, batch_size=1, init="random", lora_r=4, device="cpu"))

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from mcprl_demo.config import DEFAULT_CONFIG, load_demo_config
+from mcprl_demo.config import default_config, load_demo_config
 
 
 def _override(item: str) -> tuple[str, Any]:
@@ -35,7 +35,9 @@ def _override(item: str) -> tuple[str, Any]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mcprl_demo",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--config", type=Path, default=None,
+                        help="demo config (default: configs/smollm2.yaml with a CUDA GPU, "
+                        "else configs/demo.yaml)")
     parser.add_argument("--steps", type=int, help="GRPO steps (default: the config's)")
     parser.add_argument("--scenarios", type=int, help="scenarios to generate (train + val)")
     parser.add_argument("--quick", action="store_true",
@@ -52,6 +54,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.scenarios is not None and args.scenarios < 4:
         parser.error("--scenarios must be >= 4")
     return args
+
+
+def ensure_base_model(model: str, console: Console) -> None:
+    """Build ``make base-model``'s SmolLM2 checkpoint when the demo serves it and it is
+    missing (a fresh clone on a GPU box)."""
+
+    from mcprl_inference.base_model import SOURCES, build
+
+    path = Path(model)
+    source = SOURCES.get(path.name)
+    if source is None or (path / "config.json").exists():
+        return
+    console.print(f"building {path} (make base-model) ...")
+    build(source, path.parent)
 
 
 def _interrupt(signum: int, _frame: object) -> None:
@@ -75,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         overrides["demo.output_dir"] = str(args.out)
     console = Console()
+    args.config = args.config or default_config()
     try:
         config = load_demo_config(args.config, quick=args.quick, overrides=overrides)
+        ensure_base_model(config.demo.model, console)
     except Exception as exc:
         console.print(f"[red]invalid demo config {args.config}: {exc}[/]")
         return 2

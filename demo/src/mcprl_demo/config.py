@@ -23,7 +23,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcprl_trainer.config import set_path
 
-DEFAULT_CONFIG = Path("configs/demo.yaml")
+DEFAULT_CONFIG = Path("configs/demo.yaml")  # 2 CPU cores: the 5M warm start
+GPU_CONFIG = Path("configs/smollm2.yaml")  # a CUDA GPU: SmolLM2-135M-Instruct + its warm start
+
+
+def default_config(cuda: bool | None = None) -> Path:
+    """The demo a machine gets without --config: SmolLM2 where a GPU makes it fast enough,
+    the small from-scratch model on CPUs (SmolLM2's CPU figures: docs/benchmarks.md)."""
+
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    return GPU_CONFIG if cuda else DEFAULT_CONFIG
 
 
 class HostedConfig(BaseModel):
