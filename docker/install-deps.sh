@@ -9,11 +9,13 @@
 # without it on CPUs).
 set -eu
 cd /tmp/build
-if [ ! -x /opt/venv/bin/pip ]; then
+pip=/opt/venv/bin/pip
+if [ ! -x $pip ]; then
     python -m venv /opt/venv
     cat constraints.txt constraints-image.txt > /opt/venv/mcprl-lock.txt
+    # The venv's own setuptools is whatever the base's Python bundles: pin it like the rest.
+    $pip install -c /opt/venv/mcprl-lock.txt setuptools
 fi
-pip=/opt/venv/bin/pip
 stubs=""
 names=""
 for pkg in "$@"; do

@@ -15,6 +15,7 @@ user would put in .env (the set id, the run's length) goes in an override file i
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from fastmcp import Client
 
 from mcprl_stack.compose import (
     ComposeStack,
@@ -60,14 +62,8 @@ INVENTORY_PROMPT = (
     "You are an agent that answers questions about a warehouse inventory by calling tools. "
     "Find codes and SKUs with list_warehouses and search_items, then look up stock and "
     "movements. When you know the answer, call complete_task with the final answer only.")
-# What a user would write in .env for these runs; the values come from the environment.
+# What a user would write in .env for these runs (the trainer's part is added per run).
 OVERRIDE = {"services": {
-    "trainer": {"environment": {
-        "TRAINER_SCENARIOS__SET_ID": "${TEST_SET_ID:-}", "TRAINER_STEPS": "${TEST_STEPS:-2}",
-        "TRAINER_NAME": "${TEST_RUN:-compose-cpu}",
-        "TRAINER_REWARD__MODE": "${TEST_REWARD_MODE:-verifiable}",
-        "TRAINER_ROLLOUT__SYSTEM_PROMPT": "${TEST_SYSTEM_PROMPT:-}",
-        "TRAINER_GROUPS_PER_STEP": "2", "OMP_NUM_THREADS": "2"}},
     "mcp-server": {"environment": {"INVENTORY_ALLOWED_HOSTS": "mcp-server"}},
     # Small, bounded outputs: the 5M warm start writes scenarios and judges in seconds.
     "scenario-gen": {"environment": {"SCENARIO_GEN_LLM_BATCH_SIZE": "4",
@@ -118,9 +114,12 @@ def compose(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
     version = engine_reachable()
     if version is None:
         pytest.skip("no Docker engine reachable (docker version / docker compose version)")
-    override = tmp_path_factory.mktemp("compose") / "compose.test.yaml"
-    override.write_text(yaml.safe_dump(OVERRIDE))
-    stack = ComposeStack(REPO, files=("compose.yaml", "compose.cpu.yaml", str(override)))
+    folder = tmp_path_factory.mktemp("compose")
+    (folder / "compose.test.yaml").write_text(yaml.safe_dump(OVERRIDE))
+    (folder / "compose.train.yaml").write_text(yaml.safe_dump({"services": {}}))
+    stack = ComposeStack(REPO, files=("compose.yaml", "compose.cpu.yaml",
+                                      str(folder / "compose.test.yaml"),
+                                      str(folder / "compose.train.yaml")))
     stack.compose("down", "-v", "--remove-orphans", timeout_s=180)  # a previous run's leftovers
     yield stack
     stack.compose("down", "-v", "--remove-orphans", timeout_s=180, check=False)
@@ -171,11 +170,16 @@ def _make_set(stack: ComposeStack, body: dict[str, Any], timeout_s: float = 300)
     raise TimeoutError(f"scenario set still running after {timeout_s}s")
 
 
-def _train(stack: ComposeStack, run: str, set_id: str, **env: str) -> dict[str, Any]:
-    """The ``train`` profile's trainer, as ``up -d trainer``; its report once it exits."""
+def _train(stack: ComposeStack, run: str, set_id: str, steps: int = 2,
+           **settings: str) -> dict[str, Any]:
+    """The ``train`` profile's trainer, as ``up -d trainer`` with the run's settings where a
+    user has them (.env: here the last override file); its report once it exits."""
 
-    stack.compose("up", "-d", "--no-recreate", "trainer", timeout_s=300, TEST_RUN=run,
-                  TEST_SET_ID=set_id, **env)
+    env = {"TRAINER_NAME": run, "TRAINER_SCENARIOS__SET_ID": set_id,
+           "TRAINER_STEPS": str(steps), "OMP_NUM_THREADS": "2", **settings}
+    Path(stack.files[-1]).write_text(yaml.safe_dump(
+        {"services": {"trainer": {"environment": env}}}))
+    stack.compose("up", "-d", "--no-recreate", "trainer", timeout_s=300)
     code = stack.wait_exit("trainer", timeout_s=900)
     assert code == 0, stack.logs("trainer")
     report = stack.compose("exec", "-T", "inference", "cat", f"/adapters/{run}/report.json",
@@ -219,7 +223,8 @@ def test_image_carries_the_real_source(built: dict[str, str], service: str) -> N
 def test_pins_hold_in_every_image(built: dict[str, str]) -> None:
     lock = _lock()
     for service, image in built.items():
-        frozen = run_in_image(image, "pip", "freeze", "--all", "--exclude-editable")
+        # pip freeze's format, name==version even for torch installed from a wheel file
+        frozen = run_in_image(image, "pip", "list", "--format=freeze", "--exclude-editable")
         for line in frozen.splitlines():
             name, _, version = line.partition("==")
             key = _norm(name)
@@ -289,6 +294,26 @@ def test_train_profile_learns_and_the_adapter_is_served(
     assert "report.json" in listing
 
 
+async def _own_mcp_requests(url: str) -> dict[str, Any]:
+    async with Client(url, timeout=30) as client:
+        tools = {t.name for t in await client.list_tools()}
+        good = await client.call_tool("run_query", {"sql": "SELECT COUNT(*) AS n FROM employees"})
+        bad = await client.call_tool("run_query", {"sql": "SELECT nope FROM nowhere"},
+                                     raise_on_error=False)
+    return {"tools": tools, "good": good, "bad": bad}
+
+
+def test_own_requests_to_the_published_mcp_server(running: ComposeStack,
+                                                  sql_run: dict[str, Any]) -> None:
+    """A user's MCP client on the published port: a query and a failing one (an MCP tool
+    error, which the dashboard's error panels then show)."""
+
+    found = asyncio.run(_own_mcp_requests(running.url("mcp-server") + "/mcp"))
+    assert {"list_tables", "run_query"} <= found["tools"]
+    assert not found["good"].is_error and found["good"].structured_content["rows"]
+    assert found["bad"].is_error and "nowhere" in found["bad"].content[0].text
+
+
 @pytest.fixture(scope="module")
 def inventory_run(running: ComposeStack, sql_run: dict[str, Any],
                   built: dict[str, str]) -> dict[str, Any]:
@@ -304,8 +329,10 @@ def inventory_run(running: ComposeStack, sql_run: dict[str, Any],
         status = _make_set(running, {"strategy": "llm", "n": 4, "seed": 1,
                                      "val_fraction": 0.25, "json_schema": "on"})
     with phase("train_inventory"):
-        report = _train(running, "compose-inventory", status["id"], TEST_STEPS="1",
-                        TEST_REWARD_MODE="ruler", TEST_SYSTEM_PROMPT=INVENTORY_PROMPT)
+        report = _train(running, "compose-inventory", status["id"], steps=1,
+                        TRAINER_REWARD__MODE="ruler",
+                        TRAINER_ROLLOUT__SYSTEM_PROMPT=INVENTORY_PROMPT,
+                        TRAINER_ROLLOUT__MAX_TURNS="3", TRAINER_ROLLOUT__MAX_TOKENS_PER_TURN="64")
     return {"set": status, "report": report}
 
 
@@ -329,6 +356,7 @@ def _prometheus(stack: ComposeStack, path: str, **params: str) -> Any:
 
 def test_prometheus_had_every_target_up_and_every_dashboard_query_has_a_series(
         running: ComposeStack, sql_run: dict[str, Any], inventory_run: dict[str, Any]) -> None:
+    """Over the whole run (both trainings, the user's failing MCP call included)."""
     with phase("prometheus_checks"):
         jobs = {t["labels"]["job"] for t in
                 _prometheus(running, "/api/v1/targets")["activeTargets"]}
