@@ -32,6 +32,7 @@ import pytest
 import yaml
 from fastmcp import Client
 
+from mcprl_common.wire import RewardConfig, Scenario, ScoreGroupRequest, Trajectory
 from mcprl_stack.compose import (
     ComposeStack,
     engine_reachable,
@@ -303,15 +304,48 @@ async def _own_mcp_requests(url: str) -> dict[str, Any]:
     return {"tools": tools, "good": good, "bad": bad}
 
 
-def test_own_requests_to_the_published_mcp_server(running: ComposeStack,
-                                                  sql_run: dict[str, Any]) -> None:
-    """A user's MCP client on the published port: a query and a failing one (an MCP tool
-    error, which the dashboard's error panels then show)."""
+def _prometheus(stack: ComposeStack, path: str, **params: str) -> Any:
+    resp = httpx.get(stack.url("prometheus") + path, params=params, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["data"]
+
+
+def _prometheus_sees(stack: ComposeStack, query: str, timeout_s: float = 90) -> float:
+    """Poll the stack's Prometheus until ``query`` has a series (scrapes are 15 s apart)."""
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = _prometheus(stack, "/api/v1/query", query=query)["result"]
+        if result:
+            return sum(float(r["value"][1]) for r in result)
+        time.sleep(3)
+    raise TimeoutError(f"Prometheus has no series for {query} after {timeout_s:.0f}s")
+
+
+def test_own_requests_to_the_published_services(running: ComposeStack,
+                                                sql_run: dict[str, Any]) -> None:
+    """A user's own clients on the published ports: an MCP query and a failing one (a tool
+    error), and a score-group request naming a judge model the engine does not serve (a 4xx
+    naming it); Prometheus then has the failures the dashboard's error panels show."""
 
     found = asyncio.run(_own_mcp_requests(running.url("mcp-server") + "/mcp"))
     assert {"list_tables", "run_query"} <= found["tools"]
-    assert not found["good"].is_error and found["good"].structured_content["rows"]
+    assert not found["good"].is_error and found["good"].structured_content["results"]
     assert found["bad"].is_error and "nowhere" in found["bad"].content[0].text
+
+    scenario = Scenario(id="own-1", task="How many employees are there?")
+    messages = [{"role": "user", "content": scenario.task},
+                {"role": "assistant", "content": "150"}]
+    body = ScoreGroupRequest(scenario=scenario, judge_model="no-such-model",
+                             reward=RewardConfig(mode="ruler"), use_cache=False,
+                             trajectories=[Trajectory(messages=messages, final_answer="150")] * 2)
+    resp = httpx.post(running.url("judge") + "/v1/score-group", timeout=60,
+                      json=body.model_dump(mode="json"))
+    assert 400 <= resp.status_code < 500, resp.text
+    assert "no-such-model" in resp.text
+
+    assert _prometheus_sees(running, 'mcprl_mcp_tool_calls_total{outcome!="ok"}') >= 1
+    assert _prometheus_sees(running, "mcprl_judge_failures_total") >= 1
 
 
 @pytest.fixture(scope="module")
@@ -346,12 +380,6 @@ def test_swapped_mcp_server_image_trains_the_same_way(
     assert report["steps_done"] == 1, report
     tools = httpx.get(running.url("mcp-server") + "/healthz", timeout=10)
     assert tools.status_code == 200
-
-
-def _prometheus(stack: ComposeStack, path: str, **params: str) -> Any:
-    resp = httpx.get(stack.url("prometheus") + path, params=params, timeout=30)
-    assert resp.status_code == 200, resp.text
-    return resp.json()["data"]
 
 
 def test_prometheus_had_every_target_up_and_every_dashboard_query_has_a_series(
