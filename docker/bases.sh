@@ -35,20 +35,24 @@ case "${1:-}" in
 esac
 
 have() { [ "$force" = 0 ] && docker image inspect "$1" >/dev/null 2>&1; }
-log() { printf '[bases %5ss] %s\n' "$SECONDS" "$*"; }
+log() { printf '[bases %5ss] %s\n' "$SECONDS" "$*" >&2; }  # stdout: the variables only
 
+static_busybox() {  # ldd exits 1 on a static binary, hence the || true
+    command -v busybox >/dev/null \
+        && { ldd "$(command -v busybox)" 2>&1 || true; } | grep -q "not a dynamic executable"
+}
 need_pkgs=()
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
-[ -x /bin/busybox ] && busybox --help 2>&1 | head -1 | grep -q static || [ -x /usr/bin/busybox ] \
-    || need_pkgs+=(busybox-static)
+static_busybox || need_pkgs+=(busybox-static)
 command -v prometheus >/dev/null || need_pkgs+=(prometheus)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
     log "installing ${need_pkgs[*]} (apt-get)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+    apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${need_pkgs[@]}" >/dev/null
 fi
+static_busybox || { echo "no static busybox: install busybox-static" >&2; exit 1; }
 BUSYBOX=$(command -v busybox)
-file -L "$BUSYBOX" 2>/dev/null | grep -q "statically linked" \
-    || { echo "$BUSYBOX is not static: install busybox-static" >&2; exit 1; }
 
 work=$(mktemp -d /var/tmp/mcprl-bases.XXXXXX)
 trap 'rm -rf "$work"' EXIT

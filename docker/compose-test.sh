@@ -38,7 +38,7 @@ if [ "$mode" = auto ]; then
 fi
 bases_start=$SECONDS
 if [ "$mode" = stand-in ]; then
-    eval "$(docker/bases.sh | tee /dev/stderr | grep '^export ')"
+    eval "$(docker/bases.sh)"
 else
     unset PYTHON_IMAGE BUSYBOX_IMAGE PROMETHEUS_IMAGE
 fi
