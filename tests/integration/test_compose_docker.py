@@ -40,7 +40,7 @@ from mcprl_stack.compose import (
     run_in_image,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]  # the first one builds every image
 REPO = Path(__file__).resolve().parents[2]
 SUMMARY = REPO / "runs/compose-test/summary.json"
 # service -> (its packages, as folder and import name)
