@@ -8,7 +8,8 @@
 # The checks are the pytest tests marked `docker` in tests/integration/test_compose_docker.py.
 #
 # Bases (MCPRL_BASES): `official` (Docker Hub's images), `stand-in` (docker/bases.sh builds them
-# from Debian packages), `auto` (default: official where the engine has or can pull them).
+# from Debian packages), `auto` (default: official where the engine has or can pull them);
+# PYTHON_IMAGE (and BUSYBOX_IMAGE, PROMETHEUS_IMAGE) set by the caller win over all three.
 # Without a reachable engine it says so and exits 0 (nothing to test here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,7 @@ say "engine $(docker version -f '{{.Server.Version}}'), $(docker compose version
 
 mode=${MCPRL_BASES:-auto}
 official=python:3.11.11-slim-bookworm
+[ -n "${PYTHON_IMAGE:-}" ] && mode=given  # the caller picked the bases
 if [ "$mode" = auto ]; then
     if docker image inspect "$official" >/dev/null 2>&1 \
             || timeout 120 docker pull -q "$official" >/dev/null 2>&1; then
@@ -39,17 +41,16 @@ fi
 bases_start=$SECONDS
 if [ "$mode" = stand-in ]; then
     eval "$(docker/bases.sh)"
-else
-    unset PYTHON_IMAGE BUSYBOX_IMAGE PROMETHEUS_IMAGE
 fi
 export MCPRL_COMPOSE_BASES=$mode MCPRL_COMPOSE_BASES_S=$((SECONDS - bases_start))
 docker/torch-wheel.sh
 say "bases: $mode (${MCPRL_COMPOSE_BASES_S}s); running the docker tests"
 
 rc=0
+summary=runs/compose-test/summary.json
+rm -f "$summary"
 .venv/bin/pytest -m docker tests/integration/test_compose_docker.py -p no:randomly \
     ${PYTEST_ARGS:-} || rc=$?
-summary=runs/compose-test/summary.json
 if [ -f "$summary" ]; then
     .venv/bin/python - "$summary" <<'PY'
 import json, sys
