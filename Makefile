@@ -21,8 +21,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
 .PHONY: help setup test lint fmt demo bench serve-mcp serve-inference serve-scenario-gen \
-	serve-judge base-model tiny-model warm-start train stack up up-cpu down gpu-wheels learning-smoke lock clean \
-	browser
+	serve-judge base-model tiny-model warm-start train stack up up-cpu down docker-bases torch-wheel \
+	compose-test gpu-wheels learning-smoke lock clean browser
 
 help:  ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -94,11 +94,21 @@ stack: setup tiny-model  ## the services as local processes (same env names as c
 up:  ## docker compose: the stack on an NVIDIA GPU host (cp .env.example .env to change settings)
 	docker compose up -d
 
-up-cpu: tiny-model  ## docker compose on CPU: our engine + the tiny model instead of vLLM
+up-cpu: torch-wheel  ## docker compose on CPU: our engine + the demo's warm start instead of vLLM
 	docker compose -f compose.yaml -f compose.cpu.yaml up -d
 
-down:  ## stop the compose stack (named volumes are kept; add -v to delete them)
-	docker compose --profile inventory --profile train down
+down:  ## stop the compose stack, every profile (named volumes are kept)
+	docker compose -f compose.yaml -f compose.cpu.yaml --profile inventory --profile train \
+		down --remove-orphans
+
+docker-bases:  ## stand-in base images from Debian packages (no Docker Hub); prints their variables
+	docker/bases.sh
+
+torch-wheel:  ## torch's CPU wheel into docker/wheels/ for the CPU images (when pip can find it)
+	docker/torch-wheel.sh "$(TORCH_PIN)"
+
+compose-test: setup  ## build every image, run the CPU stack on Docker, train, check, tear down
+	docker/compose-test.sh
 
 gpu-wheels:  ## wheels the H200 image lacks, into .whl/ (carried by device runs; see bench/learning_run.py)
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -171,6 +171,6 @@ def test_lora_sft_saves_only_an_adapter_the_trainer_continues(tiny_test_model: P
 def test_lora_sft_needs_the_pretrained_weights(tiny_test_model: Path, renderer,
                                                tmp_path: Path) -> None:
     examples = [_example(renderer, "How many tables?")[0]]
-    with pytest.raises(ValueError, match="sft.init"):
+    with pytest.raises(ValueError, match=r"sft\.init"):
         train(examples, tiny_test_model, tmp_path / "x",
               SftSettings(steps=1, batch_size=1, init="random", lora_r=4, device="cpu"))

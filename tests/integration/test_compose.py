@@ -183,15 +183,32 @@ def test_vllm_service_as_the_project_needs_it(compose: dict[str, Any]) -> None:
     assert svc.get("shm_size") or svc.get("ipc") == "host"
 
 
-def test_cpu_override_serves_our_engine_with_a_tiny_model(compose_cpu: dict[str, Any]) -> None:
+def _host_path(svc: dict[str, Any], path: str) -> Path | None:
+    """The repository path a container path of ``svc`` is bind-mounted from, if any."""
+
+    for vol in svc.get("volumes", []):
+        source, target = vol.split(":")[:2]
+        if source.startswith("./") and Path(path).is_relative_to(target):
+            return REPO / source / Path(path).relative_to(target)
+    return None
+
+
+def test_cpu_override_serves_our_engine_with_a_model_that_learns(
+        compose_cpu: dict[str, Any]) -> None:
+    """The CPU stack's default policy is the demo's warm start, which solves some scenarios
+    (reward variance in its groups), not a random tiny model on which nothing trains."""
+
     svc = compose_cpu["services"]["inference"]
     assert _default(svc["image"]).startswith("localhost/mcprl/inference:")
     assert svc["pull_policy"] == "build"
     assert svc["build"]["dockerfile"] == "inference/Dockerfile"
     assert svc["command"] == ["mcprl-inference"]
     model = _default(_env(svc)["INFERENCE_MODEL"])
-    mounts = [v.split(":")[1] for v in svc["volumes"] if v.startswith("./models:")]
-    assert mounts and model.startswith(mounts[0] + "/")
+    for name in ("inference", "trainer"):
+        host = _host_path(compose_cpu["services"][name], model)
+        assert host is not None and (host / "model.safetensors").is_file(), (name, model)
+        assert (host / "warmstart.json").is_file(), f"{model} is not a warm-started agent"
+        assert not (host / "mcprl-tiny.json").exists(), f"{model} is a random tiny model"
     for name, var in (("judge", "JUDGE_MODEL"), ("scenario-gen", "GENERATOR_MODEL"),
                       ("trainer", "POLICY_MODEL"), ("trainer", "TRAINER_MODEL")):
         assert _default(_env(compose_cpu["services"][name])[var]) == model, (name, var)
@@ -378,10 +395,13 @@ def lint_dockerfile(text: str) -> list[str]:
     froms = [i for i, (op, _) in enumerate(instructions) if op == "FROM"]
     if not froms:
         return ["no FROM"]
+    # ARGs before the first FROM may name the base: their defaults must be pinned.
+    base_args = dict(arg.partition("=")[::2] for op, arg in instructions[:froms[0]]
+                     if op == "ARG")
     stages = set()
     for i in froms:
         words = [w for w in instructions[i][1].split() if not w.startswith("--")]
-        image = words[0]
+        image = re.sub(r"\$\{?(\w+)\}?", lambda m: base_args.get(m.group(1), ""), words[0])
         if len(words) >= 3 and words[1].upper() == "AS":
             stages.add(words[2])
         if image in stages or image == "scratch":
@@ -437,7 +457,9 @@ def test_dockerfile_linter_catches_the_basics() -> None:
     problems = " | ".join(lint_dockerfile(bad))
     for expected in ("not pinned", "root", "HEALTHCHECK", "secret", "unpinned pip"):
         assert expected in problems, problems
-    good = ("FROM python:3.11.11-slim-bookworm AS base\nARG HF_TOKEN\nARG PIN=torch==2.13.0\n"
+    assert "not pinned" in " ".join(lint_dockerfile("ARG BASE=python\nFROM ${BASE}\n"))
+    good = ("ARG BASE=python:3.11.11-slim-bookworm\nFROM ${BASE} AS base\n"
+            "ARG HF_TOKEN\nARG PIN=torch==2.13.0\n"
             "RUN pip install -c constraints.txt ./x && pip install --no-deps ./y\n"
             "RUN pip install \"${PIN}\"\nUSER app\n"
             "HEALTHCHECK CMD python -c 'print(1)'\n")
@@ -468,3 +490,46 @@ def test_dockerfiles_build_from_the_repository_root(compose: dict[str, Any]) -> 
     ignore = (REPO / ".dockerignore").read_text().split()
     for heavy in (".venv", "models", ".git", ".env"):
         assert heavy in ignore
+
+
+# -- image build arguments ----------------------------------------------------------------------
+
+def test_bases_and_torch_are_build_arguments(compose: dict[str, Any],
+                                             compose_cpu: dict[str, Any]) -> None:
+    """Every image we build takes its base from PYTHON_IMAGE (official by default); the torch
+    images pin torch as the Makefile does, and compose.cpu.yaml asks for its CPU build."""
+
+    makefile_pin = re.search(r"^TORCH_PIN \?= (\S+)", (REPO / "Makefile").read_text(), re.M)
+    assert makefile_pin
+    for doc in (compose, compose_cpu):
+        for name, svc in doc["services"].items():
+            if "build" not in svc:
+                continue
+            args = svc["build"]["args"]
+            assert _default(args["PYTHON_IMAGE"]) == "python:3.11.11-slim-bookworm", name
+            text = (REPO / svc["build"]["dockerfile"]).read_text()
+            assert "ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm" in text, name
+            if "TORCH_PIN" in text:
+                assert f"ARG TORCH_PIN={makefile_pin.group(1)}" in text, name
+    assert compose["services"]["trainer"]["build"]["args"]["TORCH_VARIANT"] == "cuda"
+    for name in ("inference", "trainer"):
+        assert compose_cpu["services"][name]["build"]["args"]["TORCH_VARIANT"] == "cpu", name
+    for name, var, default in (("init-volumes", "BUSYBOX_IMAGE", "busybox:1.37.0"),
+                               ("prometheus", "PROMETHEUS_IMAGE", "prom/prometheus:v3.5.0"),
+                               ("grafana", "GRAFANA_IMAGE", "grafana/grafana:12.1.1")):
+        assert compose["services"][name]["image"] == f"${{{var}:-{default}}}", name
+
+
+def test_cpu_training_config_loads_with_the_compose_environment(
+        compose_cpu: dict[str, Any]) -> None:
+    from mcprl_trainer.config import load_config
+
+    svc = compose_cpu["services"]["trainer"]
+    config_path = _default(svc["command"][svc["command"].index("--config") + 1])
+    host = _host_path(svc, config_path)
+    assert host is not None and host.is_file(), config_path
+    env = {k: _default(v) for k, v in _env(svc).items()}
+    cfg = load_config(host, env={**env, "TRAINER_SCENARIOS__SET_ID": "ss-1"})
+    assert cfg.model == _default(_env(compose_cpu["services"]["inference"])["INFERENCE_MODEL"])
+    assert str(cfg.output_dir) == "/adapters" and cfg.train.device == "cpu"
+    assert cfg.reward.mode == "verifiable" and cfg.group_size >= 2

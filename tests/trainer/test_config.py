@@ -77,7 +77,7 @@ def test_example_configs_are_valid(repo_root) -> None:
 def test_init_adapter_must_be_an_adapter_and_excludes_kl(tmp_path) -> None:
     from mcprl_trainer.config import LoraSettings, RunConfig
 
-    with pytest.raises(ValidationError, match="adapter_config.json"):
+    with pytest.raises(ValidationError, match=r"adapter_config\.json"):
         LoraSettings(init_adapter=tmp_path)
     (tmp_path / "adapter_config.json").write_text("{}")
     assert LoraSettings(init_adapter=tmp_path).init_adapter == tmp_path

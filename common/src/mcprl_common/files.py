@@ -1,24 +1,34 @@
-"""Files we write: readable by every user, and never seen half-written.
+"""File helpers for what one process writes and another reads, often as another user.
 
-``safetensors`` and ``tempfile`` create files with mode 0600, and the service images run as
-an unprivileged user (uid 10001) that must read models built by another user (and people
-read what a containerised trainer wrote).
+Model writers (``save_pretrained``, safetensors) create some files with mode 0600; a container
+that mounts the folder and runs as another uid then cannot read them and reports "No such
+file or directory". Every writer of a model folder calls :func:`make_readable` when done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 
 def make_readable(root: Path) -> None:
-    """Files 0644 and folders 0755 under ``root`` (``root`` included)."""
+    """Give everyone read access to every file under ``root`` (and search access to every
+    folder), as a 022 umask would have; nothing is made writable or executable."""
 
-    os.chmod(root, 0o755)
-    for path in root.rglob("*"):
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    root = Path(root)
+    paths = [root, *root.rglob("*")] if root.is_dir() else [root]
+    for path in paths:
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        extra = stat.S_IRGRP | stat.S_IROTH
+        if path.is_dir():
+            extra |= stat.S_IXGRP | stat.S_IXOTH
+        if mode & extra != extra:
+            os.chmod(path, stat.S_IMODE(mode) | extra)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from mcprl_common.files import make_readable
+
 # Qwen2's pre-tokenization pattern: contractions, words, single digits, punctuation, spaces.
 QWEN2_SPLIT_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -192,9 +194,11 @@ def build(name: str, root: Path, seed: int = 0, force: bool = False) -> Path:
     out_dir = root / name
     marker = out_dir / "mcprl-tiny.json"
     if marker.exists() and not force:
+        make_readable(out_dir)  # folders written before the mode fix
         return out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     params = build_model(SPECS[name], out_dir, seed)
+    make_readable(out_dir)  # safetensors writes 0600; containers read it as another uid
     marker.write_text(json.dumps({"name": name, "parameters": params, "seed": seed,
                                   "fingerprint": _fingerprint(out_dir)}, indent=2))
     return out_dir

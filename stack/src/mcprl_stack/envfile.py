@@ -30,7 +30,7 @@ COMPOSE_VARS: list[tuple[str, str, str]] = [
     ("MCPRL_IMAGE_TAG", "local", "Tag of the images compose builds from this repository."),
     ("TRAIN_CONFIG", "/configs/qwen2.5-3b.yaml",
      "Trainer run config inside the container (./configs is mounted at /configs); "
-     "compose.cpu.yaml defaults to /configs/tiny-cpu.yaml."),
+     "compose.cpu.yaml defaults to /configs/compose-cpu.yaml."),
     ("PUBLISH_HOST", "127.0.0.1", "Host interface the published ports bind (0.0.0.0: all)."),
     ("PROMETHEUS_PORT", "9090", "Published Prometheus port."),
     ("PROMETHEUS_RETENTION", "15d", "How long Prometheus keeps samples."),
@@ -38,8 +38,18 @@ COMPOSE_VARS: list[tuple[str, str, str]] = [
     ("GRAFANA_ADMIN_USER", "admin", "Grafana admin user."),
     ("GRAFANA_ADMIN_PASSWORD", "admin",
      "Grafana admin password (change it; anonymous users get read-only dashboards)."),
-    ("CPU_MODEL", "/models/tiny-learn",
-     "compose.cpu.yaml only: model our engine serves (./models is mounted at /models)."),
+    ("CPU_MODEL", "/checkpoints/warm-start",
+     "compose.cpu.yaml only: model our engine serves and the trainer trains "
+     "(./demo/checkpoints is mounted at /checkpoints, ./models at /models)."),
+    ("PYTHON_IMAGE", "python:3.11.11-slim-bookworm",
+     "Base of every image built from this repository (docker/bases.sh builds a stand-in from "
+     "Debian packages for hosts that cannot reach Docker Hub)."),
+    ("BUSYBOX_IMAGE", "busybox:1.37.0", "Image of the init-volumes step."),
+    ("PROMETHEUS_IMAGE", "prom/prometheus:v3.5.0", "Prometheus image."),
+    ("GRAFANA_IMAGE", "grafana/grafana:12.1.1", "Grafana image."),
+    ("TORCH_INDEX_URL", "",
+     "Wheel index for torch alone when building the trainer and inference images (such as "
+     "PyTorch's CPU wheel index); a wheel in docker/wheels/ is taken first."),
 ]
 # Defaults that differ in compose from the code's (service names instead of loopback).
 COMPOSE_DEFAULTS: dict[str, str] = {
