@@ -155,9 +155,11 @@ def test_micro_batching_is_exact(tiny_test_model, prompt) -> None:
         assert (m["micro_batches"] == 1) == (budget > 1000)
         params.append(torch.cat([p.detach().flatten() for n, p in model.named_parameters()
                                  if "lora_" in n]))
-    assert torch.allclose(params[0], params[1], atol=1e-6)
-    assert torch.allclose(params[2], params[3], atol=1e-6)
-    assert not torch.allclose(params[0], params[2], atol=1e-6)  # aggregations differ
+    # Adam turns the float noise of summing in another order into at most a few 1e-6 of
+    # movement (a step is ~lr = 1e-3); the two aggregations differ by far more.
+    assert torch.allclose(params[0], params[1], atol=1e-5)
+    assert torch.allclose(params[2], params[3], atol=1e-5)
+    assert (params[0] - params[2]).abs().max() > 1e-4  # aggregations differ
 
 
 def _rewarded_set(model, prompt: list[int]) -> tuple[torch.Tensor, float]:
