@@ -3,7 +3,8 @@ document says so.
 
 - A body larger than ``max_body_bytes`` gets 413 with the JSON error body, whether it
   announces its length or streams it chunked (the body is counted as it arrives, never held
-  beyond the limit).
+  beyond the limit). On JSON-RPC paths (an MCP server's ``/mcp``) the body is a JSON-RPC
+  error instead, which MCP clients read as a protocol error.
 - The OpenAPI document lists the error responses the services really send (400 for an
   invalid request, not FastAPI's default 422, and 404, 405, 409, 413, 429, 502, 503), each with the
   one error shape, so clients and schema-driven fuzzers (schemathesis) can check them.
@@ -15,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcprl_common.errors import ErrorResponse, error_json
@@ -36,13 +38,18 @@ ERROR_STATUSES: dict[int, str] = {
 class BodyLimitMiddleware:
     """413 for request bodies over ``max_bytes`` (pure ASGI, so streaming routes are safe)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 jsonrpc_paths: tuple[str, ...] = ()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.jsonrpc_paths = jsonrpc_paths
 
-    def _too_large(self) -> Any:
-        return error_json(413, f"request body larger than {self.max_bytes} bytes",
-                          "PayloadTooLargeError")
+    def _too_large(self, path: str) -> Any:
+        message = f"request body larger than {self.max_bytes} bytes"
+        if path.startswith(self.jsonrpc_paths) and self.jsonrpc_paths:
+            return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32600, "message": f"Invalid Request: {message}"}}, status_code=413)
+        return error_json(413, message, "PayloadTooLargeError")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
@@ -57,7 +64,7 @@ class BodyLimitMiddleware:
                     scope, receive, send)
                 return
             if too_large:
-                await self._too_large()(scope, receive, send)
+                await self._too_large(scope["path"])(scope, receive, send)
                 return
             await self.app(scope, receive, send)
             return
@@ -71,7 +78,7 @@ class BodyLimitMiddleware:
             body = message.get("body", b"")
             size += len(body)
             if size > self.max_bytes:
-                await self._too_large()(scope, receive, send)
+                await self._too_large(scope["path"])(scope, receive, send)
                 return
             chunks.append(body)
             if not message.get("more_body", False):

@@ -35,9 +35,10 @@ def add_ops_routes(
     health: HealthFn | None = None,
     version: str = "0.1.0",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    jsonrpc_paths: tuple[str, ...] = (),
 ) -> None:
     """Install error handlers, HTTP metrics, a request body limit (413 above
-    ``max_body_bytes``), the error responses in the OpenAPI document, ``GET /healthz`` and
+    ``max_body_bytes``; a JSON-RPC error on ``jsonrpc_paths``), the error responses in the OpenAPI document, ``GET /healthz`` and
     ``GET /metrics``.
 
     ``health`` returns extra fields; raising or returning ``{"ok": False}`` makes the
@@ -46,7 +47,8 @@ def add_ops_routes(
 
     install_error_handlers(app)
     document_errors(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes,
+                       jsonrpc_paths=jsonrpc_paths)
     app.add_middleware(HttpMetricsMiddleware, registry=registry, service=service)
     started = time.time()
     info = Gauge("mcprl_service_start_time_seconds", "Unix time the service started.",
