@@ -6,8 +6,9 @@ document says so.
   beyond the limit). On JSON-RPC paths (an MCP server's ``/mcp``) the body is a JSON-RPC
   error instead, which MCP clients read as a protocol error.
 - The OpenAPI document lists the error responses the services really send (400 for an
-  invalid request, not FastAPI's default 422, and 404, 405, 409, 413, 429, 502, 503), each with the
-  one error shape, so clients and schema-driven fuzzers (schemathesis) can check them.
+  invalid request, not FastAPI's default 422, and 404, 405, 409, 413, 429, 502, 503, 507),
+  each with the one error shape, so clients and schema-driven fuzzers (schemathesis) can
+  check them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ ERROR_STATUSES: dict[int, str] = {
     429: "Too many requests or jobs at once; retry later.",
     502: "An upstream answered something unusable.",
     503: "Not ready, or an upstream is down; retry after Retry-After seconds.",
+    507: "The service cannot store its data (disk full or read-only volume).",
 }
 
 

@@ -38,8 +38,8 @@ def add_ops_routes(
     jsonrpc_paths: tuple[str, ...] = (),
 ) -> None:
     """Install error handlers, HTTP metrics, a request body limit (413 above
-    ``max_body_bytes``; a JSON-RPC error on ``jsonrpc_paths``), the error responses in the OpenAPI document, ``GET /healthz`` and
-    ``GET /metrics``.
+    ``max_body_bytes``; a JSON-RPC error on ``jsonrpc_paths``), the error responses in the
+    OpenAPI document, ``GET /healthz`` and ``GET /metrics``.
 
     ``health`` returns extra fields; raising or returning ``{"ok": False}`` makes the
     endpoint answer 503 so orchestrators (compose, Kubernetes) take the service out.

@@ -16,7 +16,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,7 +24,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from mcprl_common.errors import BadRequestError, NotFoundError
+from mcprl_common.files import atomic_write_bytes as _atomic_write_bytes
 from mcprl_common.wire import Scenario, ScenarioSetManifest
+from mcprl_scenario_gen.errors import StorageError
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")
@@ -44,24 +45,14 @@ class StoredManifest(ScenarioSetManifest):
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """:func:`mcprl_common.files.atomic_write_bytes`, with a failing volume reported as a
+    :class:`StorageError` (507) naming the file and the reason."""
+
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _atomic_write_bytes(path, data)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc} (scenario-gen's data "
+                           "directory must be writable and have room)") from exc
 
 
 def jsonl_bytes(scenarios: Iterable[Scenario]) -> bytes:
@@ -152,7 +143,10 @@ class ScenarioStore:
             raise NotFoundError(f"scenario set {set_id!r} not found", param="id")
         # Rename first so a half-deleted set is never mistaken for a real one.
         trash = self.root / f".deleting-{set_id}-{secrets.token_hex(3)}"
-        os.replace(path, trash)
+        try:
+            os.replace(path, trash)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {path}: {exc.strerror or exc}") from exc
         shutil.rmtree(trash, ignore_errors=True)
 
     def cleanup_tmp(self) -> int:

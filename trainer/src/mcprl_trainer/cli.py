@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from mcprl_common.logging import configure_logging
+from mcprl_trainer.checkpoint import CheckpointWriteError
 from mcprl_trainer.config import load_config
 from mcprl_trainer.runner import RunExistsError, Trainer
 
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunExistsError as exc:
         print(f"mcprl-train: {exc}", file=sys.stderr)
         return 2
+    except CheckpointWriteError as exc:  # disk full, read-only volume: say so, no traceback
+        print(f"mcprl-train: {exc.strerror}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("mcprl-train: interrupted; resume with --resume", file=sys.stderr)
         return 130

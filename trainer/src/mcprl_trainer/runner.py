@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
+from mcprl_common.files import atomic_write_bytes
 from mcprl_trainer.batch import build_step_batch
 from mcprl_trainer.checkpoint import (
     Checkpoint,
@@ -122,8 +123,8 @@ class Trainer:
         return RolloutSettings.from_config(self.config.rollout, temperature=temperature)
 
     def _write_jsonl(self, name: str, rows: list[dict[str, Any]]) -> None:
-        path = self.run_dir / name
-        path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+        data = "".join(json.dumps(r, default=str) + "\n" for r in rows).encode()
+        atomic_write_bytes(self.run_dir / name, data)  # never half a file, even on ENOSPC
 
     def _save_rollouts(self, step: int, batch: GroupBatch) -> None:
         if not self.config.save_rollouts:
@@ -137,7 +138,8 @@ class Trainer:
                              "reward": r.reward, "components": r.components,
                              "group_error": group.error, "seconds": round(r.seconds, 3),
                              "trajectory": r.trajectory.model_dump(mode="json")})
-        (out / f"step-{step}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+        atomic_write_bytes(out / f"step-{step}.jsonl",
+                           "".join(json.dumps(x) + "\n" for x in rows).encode())
 
     def _on_rollout(self, result: RolloutResult) -> None:
         self.metrics.observe_rollout(result.seconds, result.trajectory.finish_reason,
