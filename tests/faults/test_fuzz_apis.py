@@ -17,14 +17,12 @@ each: its context is kept that short so that no valid request can take long).
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Request
 
 from mcprl_common.process import UvicornThread, wait_healthy
 
@@ -131,35 +129,17 @@ def _report(name: str, seen: dict[str, dict[int, int]], started: float) -> None:
         print(f"  {label}: {dict(sorted(codes.items()))}")
 
 
-def _instant_provider() -> Any:
-    """A stand-in for a hosted judge model (OpenRouter & co.) that answers every RULER
-    request at once with a valid score per trajectory id its json_schema asks for. (RULER on
-    our engine works too, tests/judge/test_engine.py, but at ~10-25 s a group on two CPU
-    cores it would turn the fuzz into a load test.)"""
-
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> dict[str, Any]:
-        body = await request.json()
-        schema = body["response_format"]["json_schema"]["schema"]
-        ids = schema["properties"]["scores"]["required"]
-        content = json.dumps({"scores": {i: {"explanation": "ok", "score": 0.5} for i in ids}})
-        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}
-
-    return app
-
-
 def test_fuzz_judge(tmp_path: Path) -> None:
     from mcprl_judge.app import create_app
     from mcprl_judge.settings import JudgeSettings
+    from mcprl_judge.testing import instant_provider
 
+    # A stand-in for a hosted judge model answering at once (RULER on our engine works too,
+    # tests/judge/test_engine.py, but at ~10-25 s a group on two CPU cores it would turn
+    # the fuzz into a load test).
     started = time.perf_counter()
-    with UvicornThread(_instant_provider()) as provider:
-        settings = JudgeSettings(base_url=f"{provider.url}/v1", model="judge",
+    with instant_provider() as provider_url:
+        settings = JudgeSettings(base_url=provider_url, model="judge",
                                  cache_path=tmp_path / "cache.sqlite3", timeout_s=10,
                                  structured_output="json_schema")
         with _served(create_app(settings)) as url:
