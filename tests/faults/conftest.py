@@ -84,6 +84,14 @@ class FaultStack:
 
 
 @pytest.fixture(scope="session")
+def stack_secrets() -> dict[str, str]:
+    """The secrets the fault stack runs with, by name (what must never leak)."""
+
+    return {"MCP_AUTH_TOKEN": MCP_TOKEN, "JUDGE_API_KEY": JUDGE_KEY,
+            "GENERATOR_API_KEY": GENERATOR_KEY}
+
+
+@pytest.fixture(scope="session")
 def fault_stack(tmp_path_factory: pytest.TempPathFactory, tiny_test_model: Path
                 ) -> Iterator[FaultStack]:
     runs = tmp_path_factory.mktemp("faults")
