@@ -50,6 +50,7 @@ test: setup tiny-model  ## lint, then the whole test suite (unit + integration o
 
 bench: setup tiny-model  ## CPU benchmarks, each prints JSON (ours next to a baseline)
 	$(PY) bench/bench_mcp_server.py --quick
+	$(PY) bench/bench_mcp_load.py
 	$(PY) bench/bench_inference.py
 	$(PY) bench/bench_trainer.py
 
