@@ -17,7 +17,10 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(300)]
 STEPS = 3
 KILL_STEP = 2
-OUTAGE_S = 1.0  # how long the service stays dead before it is started again (plus its start)
+# The service stays dead until the trainer has felt it (a retry in its log), then restarts.
+FELT = {"mcp-server": "rollout failed, retrying", "inference": "rollout failed, retrying",
+        "judge": "judging a group failed, retrying", "scenario-gen": None}
+OUTAGE_S = 1.0  # scenario-gen, which the run does not call mid-step: down this long
 
 
 def _checkpoints(run_dir: Path) -> list[str]:
@@ -55,7 +58,10 @@ def _kill_mid_step(fault_stack, trainer_proc, service: str) -> float:
                           f"step {KILL_STEP}'s rollouts")
     t0 = time.monotonic()
     fault_stack.stack.kill(service)
-    time.sleep(OUTAGE_S)  # the outage itself: what the trainer has to ride out
+    if FELT[service]:
+        trainer_proc.wait_log(FELT[service], timeout_s=90)
+    else:
+        time.sleep(OUTAGE_S)
     fault_stack.stack.restart(service)  # returns once /healthz answers
     return time.monotonic() - t0
 
