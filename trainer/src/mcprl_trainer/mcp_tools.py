@@ -21,7 +21,7 @@ from typing import Any
 
 from fastmcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import CONNECTION_CLOSED
+from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from mcprl_trainer.recovery import ServiceUnavailableError
 
@@ -125,6 +125,9 @@ class McpSession:
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 raise McpUnavailableError(f"MCP server dropped the session: {exc}") from exc
+            if exc.code == REQUEST_TIMEOUT:  # the client's own timeout: as the wait_for one
+                return ToolResult(f"Error: tool {name!r} timed out after "
+                                  f"{self.timeout_s:.0f}s.", True, "timeout")
             kind = "bad_arguments" if "argument" in str(exc).lower() else "protocol"
             return ToolResult(f"Error: {exc}", True, kind)  # a JSON-RPC error the call caused
         except Exception as exc:  # connection refused or reset, client closed under us
