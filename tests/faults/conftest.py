@@ -75,12 +75,8 @@ class FaultStack:
             "status": {"enabled": True, "port": free_port()},
             "retry": {"window_s": 60, "backoff_max_s": 2},
         }
-        for key, value in overrides.items():
-            if isinstance(value, dict) and isinstance(data.get(key), dict):
-                data[key] = {**data[key], **value}
-            else:
-                data[key] = value
-        return data
+        return {**data, **{k: {**data[k], **v} if isinstance(v, dict) and k in data else v
+                           for k, v in overrides.items()}}  # overrides merge per section
 
 
 @pytest.fixture(scope="session")
