@@ -58,6 +58,7 @@ browser:  ## install headless Chromium for the report's browser tests (apt, as r
 
 bench: setup tiny-model  ## CPU benchmarks, each prints JSON (ours next to a baseline)
 	$(PY) bench/bench_mcp_server.py --quick
+	$(PY) bench/bench_mcp_load.py
 	$(PY) bench/bench_inference.py
 	$(PY) bench/bench_trainer.py
 

@@ -70,9 +70,31 @@ def run(engine: LLMEngine, args: argparse.Namespace) -> dict[str, Any]:
             "generated_tokens": sum(len(s) for s in sampled), "_sampled": sampled}
 
 
+def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The workload with the prefix cache off, then on, for one model."""
+
+    results: dict[str, Any] = {"model": model}
+    for name, on in (("cache_off", False), ("cache_on", True)):
+        cfg = EngineConfig(device=args.device, dtype=args.dtype, max_batch_size=64,
+                           enable_prefix_caching=on)
+        engine = LLMEngine.from_pretrained(model, cfg).start()
+        try:
+            warm = argparse.Namespace(**{**vars(args), "turns": 1, "new_tokens": 2})
+            rollout(engine, [1, 2, 3, 4], warm, 0)  # CUDA graphs, allocator, threads
+            engine.prefix_cache.clear()
+            results[name] = run(engine, args)
+            results[name].pop("_sampled")  # ids differ at float-rounding ties: not compared
+        finally:
+            engine.shutdown()
+    results["speedup"] = round(results["cache_off"]["seconds"] / results["cache_on"]["seconds"],
+                               2)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(REPO / "models" / "smollm2-135m-instruct"))
+    ap.add_argument("--model", action="append", default=None,
+                    help="model folder (repeat to compare models in one run; default SmolLM2)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--groups", type=int, default=2)
@@ -86,27 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    results: dict[str, Any] = {}
-    for name, on in (("cache_off", False), ("cache_on", True)):
-        cfg = EngineConfig(device=args.device, dtype=args.dtype, max_batch_size=64,
-                           enable_prefix_caching=on)
-        engine = LLMEngine.from_pretrained(args.model, cfg).start()
-        try:
-            warm = argparse.Namespace(**{**vars(args), "turns": 1, "new_tokens": 2})
-            rollout(engine, [1, 2, 3, 4], warm, 0)  # CUDA graphs, allocator, threads
-            engine.prefix_cache.clear()
-            results[name] = run(engine, args)
-        finally:
-            engine.shutdown()
-    for r in results.values():  # sampled ids differ at float-rounding ties, not kept
-        r.pop("_sampled")
+    models = args.model or [str(REPO / "models" / "smollm2-135m-instruct")]
+    rows = [bench_model(model, args) for model in models]
     out = {
-        "bench": "agent_turns", "model": args.model, "device": args.device,
-        "host": platform.node(), "torch": torch.__version__,
+        "bench": "agent_turns", "device": args.device, "host": platform.node(),
+        "torch": torch.__version__, "threads": torch.get_num_threads(),
         "workload": {k: getattr(args, k) for k in ("groups", "group_size", "turns", "system",
                                                    "task_tokens", "new_tokens", "tool_tokens")},
-        **results,
-        "speedup": round(results["cache_off"]["seconds"] / results["cache_on"]["seconds"], 2),
+        "models": rows,
     }
     print(json.dumps(out, indent=2))
     return 0

@@ -3,6 +3,8 @@
 Model writers (``save_pretrained``, safetensors) create some files with mode 0600; a container
 that mounts the folder and runs as another uid then cannot read them and reports "No such
 file or directory". Every writer of a model folder calls :func:`make_readable` when done.
+Files are written so that a crash, a full disk or a read-only volume never leaves half a file
+where a reader looks: a temporary file in the same directory, flushed, fsynced, renamed.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def make_readable(root: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, fsync it, rename it over ``path`` (0644)."""
+    """Replace ``path`` with ``data`` (mode 0644) atomically; on any failure ``path`` is left
+    as it was and the temporary file is removed (the OSError propagates: ENOSPC, EROFS ...)."""
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

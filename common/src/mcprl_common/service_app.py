@@ -16,6 +16,11 @@ from prometheus_client import CollectorRegistry, Gauge
 from mcprl_common.errors import install_error_handlers
 from mcprl_common.logging import configure_logging
 from mcprl_common.metrics import HttpMetricsMiddleware, metrics_response
+from mcprl_common.request_limits import (
+    DEFAULT_MAX_BODY_BYTES,
+    BodyLimitMiddleware,
+    document_errors,
+)
 from mcprl_common.settings import ServiceSettings
 
 HealthFn = Callable[[], Awaitable[dict[str, Any]]]
@@ -29,14 +34,21 @@ def add_ops_routes(
     registry: CollectorRegistry,
     health: HealthFn | None = None,
     version: str = "0.1.0",
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    jsonrpc_paths: tuple[str, ...] = (),
 ) -> None:
-    """Install error handlers, HTTP metrics, ``GET /healthz`` and ``GET /metrics``.
+    """Install error handlers, HTTP metrics, a request body limit (413 above
+    ``max_body_bytes``; a JSON-RPC error on ``jsonrpc_paths``), the error responses in the
+    OpenAPI document, ``GET /healthz`` and ``GET /metrics``.
 
     ``health`` returns extra fields; raising or returning ``{"ok": False}`` makes the
     endpoint answer 503 so orchestrators (compose, Kubernetes) take the service out.
     """
 
     install_error_handlers(app)
+    document_errors(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes,
+                       jsonrpc_paths=jsonrpc_paths)
     app.add_middleware(HttpMetricsMiddleware, registry=registry, service=service)
     started = time.time()
     info = Gauge("mcprl_service_start_time_seconds", "Unix time the service started.",

@@ -42,30 +42,37 @@ async def models(request: Request) -> JSONResponse:
     return JSONResponse(_state(request).models.list().model_dump())
 
 
-@openai_router.get("/health")
+_EMPTY_OK = {200: {"description": "Done (empty body, as vLLM answers).", "content": {}}}
+_TEXT_OK = {200: {"description": "Done (a plain-text message, as vLLM answers).",
+                  "content": {"text/plain": {"schema": {"type": "string"}}}}}
+
+
+@openai_router.get("/health", response_class=Response, responses=_EMPTY_OK)
 async def health(request: Request) -> Response:
     if not _state(request).engine.alive:
         raise UpstreamUnavailableError("the engine thread is not running")
     return Response(status_code=200)
 
 
-@lora_router.post("/v1/load_lora_adapter")
+@lora_router.post("/v1/load_lora_adapter", response_class=PlainTextResponse,
+                  responses=_TEXT_OK)
 async def load_lora_adapter(body: LoadLoRAAdapterRequest, request: Request) -> Response:
     return PlainTextResponse(await _state(request).models.load_lora(body))
 
 
-@lora_router.post("/v1/unload_lora_adapter")
+@lora_router.post("/v1/unload_lora_adapter", response_class=PlainTextResponse,
+                  responses=_TEXT_OK)
 async def unload_lora_adapter(body: UnloadLoRAAdapterRequest, request: Request) -> Response:
     return PlainTextResponse(await _state(request).models.unload_lora(body))
 
 
-@sleep_router.post("/sleep")
+@sleep_router.post("/sleep", response_class=Response, responses=_EMPTY_OK)
 async def sleep(request: Request, level: int = Query(1, ge=1, le=2)) -> Response:
     await _state(request).sleep(level)
     return Response(status_code=200)
 
 
-@sleep_router.post("/wake_up")
+@sleep_router.post("/wake_up", response_class=Response, responses=_EMPTY_OK)
 async def wake_up(request: Request, tags: list[str] | None = Query(None)) -> Response:
     await _state(request).wake_up()
     return Response(status_code=200)

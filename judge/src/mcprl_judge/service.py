@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from typing import Any
 
@@ -47,8 +48,16 @@ class JudgeService:
         self.metrics = JudgeMetrics(registry)
         self.upstream = JudgeUpstream(settings, self.metrics)
         self.ruler = RulerJudge(settings, self.upstream, self.metrics)
-        self.cache = (JudgementCache(settings.cache_path, settings.cache_ttl_s)
-                      if settings.cache_enabled else None)
+        self.cache: JudgementCache | None = None
+        self.cache_error: str | None = None
+        if settings.cache_enabled:
+            try:
+                self.cache = JudgementCache(settings.cache_path, settings.cache_ttl_s)
+            except (OSError, sqlite3.Error) as exc:  # read-only or full volume: judge uncached
+                self.cache_error = f"{type(exc).__name__}: {exc}"
+                self.metrics.failures.labels("cache").inc()
+                log.error("judge cache unusable, scoring without it", extra={
+                    "cache_path": str(settings.cache_path), "reason": self.cache_error})
         self._inflight: dict[str, asyncio.Future[RulerVerdict]] = {}
 
     async def aclose(self) -> None:
@@ -180,4 +189,8 @@ class JudgeService:
                 "cache_enabled": s.cache_enabled}
 
     async def health(self) -> dict[str, Any]:
-        return {"judge_model": self.settings.model, "cache_enabled": self.cache is not None}
+        out: dict[str, Any] = {"judge_model": self.settings.model,
+                               "cache_enabled": self.cache is not None}
+        if self.cache_error:
+            out["cache_error"] = self.cache_error
+        return out

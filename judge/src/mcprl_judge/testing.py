@@ -1,7 +1,9 @@
 """Helpers for tests of the judge and of its clients (the trainer's integration tests).
 
 ``serve_judge`` runs a real judge on loopback with the given settings; the trajectory
-builders write the OpenAI-shaped agent transcripts our rollout loop produces.
+builders write the OpenAI-shaped agent transcripts our rollout loop produces;
+``instant_provider`` stands in for a hosted judge model where a test needs RULER answers
+at once (fuzzing, disk faults) rather than a real model's.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from fastapi import FastAPI, Request
 
 from mcprl_common.process import UvicornThread
 from mcprl_common.wire import Trajectory
@@ -33,6 +37,34 @@ SQL_TOOLS: list[dict[str, Any]] = [
         "parameters": {"type": "object", "properties": {"summary": {"type": "string"}},
                        "required": ["summary"]}}},
 ]
+
+
+def _instant_provider_app(score: float) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        ids = body["response_format"]["json_schema"]["schema"]["properties"]["scores"][
+            "required"]
+        content = json.dumps({"scores": {i: {"explanation": "ok", "score": score}
+                                         for i in ids}})
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}
+
+    return app
+
+
+@contextlib.contextmanager
+def instant_provider(score: float = 0.5) -> Iterator[str]:
+    """An OpenAI-compatible chat endpoint on loopback that answers every RULER request at
+    once with ``score`` for each trajectory id its json_schema asks for (use the judge with
+    ``structured_output="json_schema"``); yields its base URL with ``/v1``."""
+
+    with UvicornThread(_instant_provider_app(score)) as server:
+        yield f"{server.url}/v1"
 
 
 @contextlib.contextmanager

@@ -36,6 +36,9 @@ SERVICE = "mcp-server"
 SERVER_NAME = "company-db"
 MCP_PATH = "/mcp"
 SSE_PATH = "/sse"
+# One JSON-RPC message at most (a tool call's SQL is capped far lower, max_sql_chars); larger
+# ones get a JSON-RPC error with HTTP 413 before they are parsed.
+MAX_MESSAGE_BYTES = 1024 * 1024
 INSTRUCTIONS = (
     "A read-only SQLite database about a company: departments (with location and budget), "
     "employees (department, role, salary, hire_date) and projects (department, lead "
@@ -154,7 +157,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tables = await anyio.to_thread.run_sync(db.tables)
         return {"ok": bool(tables), "tables": len(tables), "transports": ["/mcp", "/sse"]}
 
-    add_ops_routes(app, service=SERVICE, registry=registry, health=health, version=__version__)
+    add_ops_routes(app, service=SERVICE, registry=registry, health=health, version=__version__,
+                   max_body_bytes=MAX_MESSAGE_BYTES,
+                   jsonrpc_paths=(MCP_PATH, fastmcp.settings.message_path))
     # The sub-apps see the full path, so their own routes (and guards) apply unchanged.
     app.router.routes.extend(
         [

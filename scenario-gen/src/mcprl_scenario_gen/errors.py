@@ -92,6 +92,14 @@ class TooManyJobsError(ServiceError):
         return {"Retry-After": "5"}
 
 
+class StorageError(GenerationError):
+    """The data directory cannot be written (disk full, read-only volume, no permission)."""
+
+    status_code = 507
+    error_type = "InsufficientStorageError"
+    kind = "storage"
+
+
 def failure_kind(exc: BaseException) -> str:
     """The metrics label of any exception that ended a generation."""
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from mcprl_scenario_gen.api import (
@@ -18,6 +18,12 @@ from mcprl_scenario_gen.api import (
 from mcprl_scenario_gen.service import ScenarioGenService
 
 router = APIRouter(prefix="/v1/scenario-sets", tags=["scenario-sets"])
+# Shown in the OpenAPI document (and sent by schemathesis' explicit phase).
+CREATE_EXAMPLES = {"sql": {
+    "summary": "12 verifiable SQL questions, a quarter held out for val",
+    "value": {"mcp_url": "http://127.0.0.1:8903/mcp", "strategy": "sql", "n": 12,
+              "val_fraction": 0.25, "seed": 0},
+}}
 
 
 def _service(request: Request) -> ScenarioGenService:
@@ -31,7 +37,10 @@ def _links(set_id: str) -> Links:
 
 
 @router.post("", status_code=202, response_model=ScenarioSetCreated)
-async def create_scenario_set(body: CreateScenarioSetRequest, request: Request) -> JSONResponse:
+async def create_scenario_set(
+    body: Annotated[CreateScenarioSetRequest, Body(openapi_examples=CREATE_EXAMPLES)],
+    request: Request,
+) -> JSONResponse:
     job = await _service(request).create(body)
     created = ScenarioSetCreated(id=job.manifest.id, status="pending",
                                  links=_links(job.manifest.id))

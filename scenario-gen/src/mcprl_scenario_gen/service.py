@@ -19,7 +19,7 @@ from mcprl_common.errors import BadRequestError, ConflictError
 from mcprl_common.settings import UpstreamSettings
 from mcprl_common.wire import Scenario
 from mcprl_scenario_gen.api import CreateScenarioSetRequest
-from mcprl_scenario_gen.errors import NoToolsError, TooManyJobsError
+from mcprl_scenario_gen.errors import NoToolsError, StorageError, TooManyJobsError
 from mcprl_scenario_gen.mcp_client import McpConnection, ServerInfo
 from mcprl_scenario_gen.metrics import GenMetrics
 from mcprl_scenario_gen.pipeline import finish, new_manifest, recover_interrupted, run_generation
@@ -93,6 +93,9 @@ class ScenarioGenService:
         self.metrics = metrics or GenMetrics()
         self.store = ScenarioStore(settings.data_dir)
         self.jobs: dict[str, Job] = {}
+        # Sets whose final write failed (disk full, read-only): their failed manifest lives
+        # here, so status says why instead of "running" forever.
+        self.unsaved: dict[str, StoredManifest] = {}
         self.llm_support: dict[str, bool] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent_jobs)
 
@@ -162,6 +165,13 @@ class ScenarioGenService:
                 finish(self.store, job.manifest, [], job.params, status="cancelled",
                        error="cancelled before it started")
             raise
+        except StorageError as exc:
+            log.error("generation could not be stored", extra={"set_id": job.manifest.id,
+                                                                "reason": exc.message})
+            self.metrics.failures.labels(exc.kind).inc()
+            failed = job.manifest.model_copy()
+            failed.status, failed.error = "failed", f"{exc.kind}: {exc.message}"
+            self.unsaved[failed.id] = failed
         except Exception:
             log.exception("generation crashed", extra={"set_id": job.manifest.id})
         finally:
@@ -175,6 +185,8 @@ class ScenarioGenService:
             if job.state == "queued":
                 manifest.status = "pending"
             return manifest, job.progress.as_dict()
+        if set_id in self.unsaved:
+            return self.unsaved[set_id], self.unsaved[set_id].progress
         manifest = self.store.load_manifest(set_id)
         return manifest, manifest.progress
 
@@ -187,6 +199,8 @@ class ScenarioGenService:
             raise ConflictError(f"scenario set {set_id} is still {manifest.status}; poll "
                                 f"GET /v1/scenario-sets/{set_id} until it has finished",
                                 param="id")
+        if set_id in self.unsaved:
+            return manifest, []
         return manifest, self.store.load_split(set_id, split)
 
     async def cancel(self, set_id: str) -> StoredManifest:

@@ -24,8 +24,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from mcprl_common.errors import BadRequestError, NotFoundError
-from mcprl_common.files import atomic_write_bytes
+from mcprl_common.files import atomic_write_bytes as _atomic_write_bytes
 from mcprl_common.wire import Scenario, ScenarioSetManifest
+from mcprl_scenario_gen.errors import StorageError
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")
@@ -41,6 +42,17 @@ class StoredManifest(ScenarioSetManifest):
     progress: dict[str, Any] = Field(default_factory=dict, description="Last progress seen.")
     usage: dict[str, int] = Field(default_factory=dict, description="LLM calls and tokens.")
     files: dict[str, str] = Field(default_factory=dict, description="Split -> file name.")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """:func:`mcprl_common.files.atomic_write_bytes`, with a failing volume reported as a
+    :class:`StorageError` (507) naming the file and the reason."""
+
+    try:
+        _atomic_write_bytes(path, data)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc} (scenario-gen's data "
+                           "directory must be writable and have room)") from exc
 
 
 def jsonl_bytes(scenarios: Iterable[Scenario]) -> bytes:
@@ -131,7 +143,10 @@ class ScenarioStore:
             raise NotFoundError(f"scenario set {set_id!r} not found", param="id")
         # Rename first so a half-deleted set is never mistaken for a real one.
         trash = self.root / f".deleting-{set_id}-{secrets.token_hex(3)}"
-        os.replace(path, trash)
+        try:
+            os.replace(path, trash)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {path}: {exc.strerror or exc}") from exc
         shutil.rmtree(trash, ignore_errors=True)
 
     def cleanup_tmp(self) -> int:

@@ -8,10 +8,12 @@ then SIGKILL after the grace period. Services of one dependency level start in p
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -232,6 +234,26 @@ class LocalStack:
                 codes[name] = None
         self.processes.clear()
         return codes
+
+    def kill(self, name: str) -> int | None:
+        """SIGKILL one service's process group at once (fault tests: a crash, no drain)."""
+
+        proc = self.processes[name]
+        if proc.proc is None or proc.proc.poll() is not None:
+            return proc.proc.returncode if proc.proc else None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.proc.pid, signal.SIGKILL)
+        code = proc.proc.wait(30)
+        proc.stop()  # closes its log file
+        return code
+
+    def restart(self, name: str) -> None:
+        """Start one (stopped or killed) service again on its port; waits until healthy."""
+
+        old = self.processes.get(name)
+        if old is not None and old.alive:
+            old.stop(self.config.stop_timeout_s)
+        self._start_level([name])
 
     def exited(self) -> dict[str, int]:
         """Services whose process has ended, with the exit code."""

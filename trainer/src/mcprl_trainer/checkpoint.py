@@ -4,6 +4,8 @@ engine loads), the optimizer/scheduler/RNG state and ``state.json`` (step, histo
 Written to a temporary directory and renamed into place, so a crash leaves either the
 previous checkpoint or the complete new one, never a half-written ``step-N``. ``state.json``
 is written last inside the temporary directory: a step directory without it is ignored.
+A full disk or a read-only volume raises :class:`CheckpointWriteError`, which names the
+checkpoint that is still intact (``--resume`` continues from it once there is room).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ import torch
 STATE_FILE = "state.json"
 TRAINER_STATE_FILE = "trainer_state.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, read-only, no permission)."""
 
 
 @dataclass(frozen=True)
@@ -85,11 +91,12 @@ def save_checkpoint(run_dir: Path, step: int, model: Any, trainer_state: dict[st
     """Save atomically; returns the final checkpoint (an older same-step one is replaced)."""
 
     root = checkpoints_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
     tmp = root / f".tmp-step-{step}-{os.getpid()}-{time.time_ns()}"
-    tmp.mkdir()
+    old: Path | None = None
     try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
         model.save_pretrained(str(tmp))
         torch.save({**trainer_state, "rng": rng_state()}, tmp / TRAINER_STATE_FILE)
         payload = json.dumps({**state, "step": step, "saved_at": time.time()}, indent=1)
@@ -101,12 +108,22 @@ def save_checkpoint(run_dir: Path, step: int, model: Any, trainer_state: dict[st
         if final.exists():
             old = root / f".old-step-{step}-{time.time_ns()}"
             os.rename(final, old)
-            shutil.rmtree(old, ignore_errors=True)
         os.rename(tmp, final)
         _fsync_dir(root)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not final.exists():
+            os.rename(old, final)  # the replaced same-step checkpoint stays
+        if isinstance(exc, OSError) and not isinstance(exc, CheckpointWriteError):
+            intact = latest_checkpoint(run_dir)
+            raise CheckpointWriteError(
+                exc.errno, f"cannot write checkpoint step-{step} in {root}: "
+                f"{exc.strerror or exc}; the latest complete checkpoint is "
+                f"{intact.path.name if intact else 'none'} (--resume continues from it once "
+                "the volume has room and is writable)") from exc
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return Checkpoint(step, final)
 
 
@@ -115,13 +132,22 @@ def load_trainer_state(checkpoint: Checkpoint) -> dict[str, Any]:
 
 
 def clean_temporaries(run_dir: Path) -> None:
-    """Remove what a crash mid-save left behind (one trainer per run directory)."""
+    """Remove what a crash mid-save left behind (one trainer per run directory).
+
+    A same-step re-save renames the old ``step-N`` away before the new one takes its place;
+    a crash between the two renames leaves ``.old-step-N-*`` alone: it becomes ``step-N``
+    again, so that step is not run twice.
+    """
 
     root = checkpoints_dir(run_dir)
-    if root.is_dir():
-        for child in root.iterdir():
-            if child.name.startswith((".tmp-step-", ".old-step-")):
-                shutil.rmtree(child, ignore_errors=True)
+    if not root.is_dir():
+        return
+    for child in sorted(root.iterdir()):
+        m = re.match(r"^\.old-step-(\d+)-", child.name)
+        if m and (child / STATE_FILE).exists() and not (root / f"step-{m.group(1)}").exists():
+            os.rename(child, root / f"step-{m.group(1)}")
+        elif child.name.startswith((".tmp-step-", ".old-step-")):
+            shutil.rmtree(child, ignore_errors=True)
 
 
 def prune_checkpoints(run_dir: Path, keep: int, every: int = 0) -> None:

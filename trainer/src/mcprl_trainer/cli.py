@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import signal
 import sys
@@ -16,11 +17,14 @@ import threading
 from pathlib import Path
 
 from mcprl_common.logging import configure_logging
+from mcprl_trainer.checkpoint import CheckpointWriteError, latest_checkpoint
 from mcprl_trainer.config import load_config
 from mcprl_trainer.html_report import rebuild_report
 from mcprl_trainer.runner import RunExistsError, Trainer
 
 log = logging.getLogger("mcprl_trainer")
+# A volume that is full, read-only or not ours: told plainly, not as a traceback.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG})
 
 
 class RichProgress:
@@ -127,6 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     except RunExistsError as exc:
         print(f"mcprl-train: {exc}", file=sys.stderr)
         return 2
+    except CheckpointWriteError as exc:  # disk full, read-only volume: say so, no traceback
+        print(f"mcprl-train: {exc.strerror}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        intact = latest_checkpoint(config.run_dir)
+        print(f"mcprl-train: cannot write the run's files in {config.run_dir}: {exc.strerror}"
+              f"; the latest complete checkpoint is {intact.path.name if intact else 'none'} "
+              "(--resume continues from it once the volume has room and is writable)",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("mcprl-train: interrupted; resume with --resume", file=sys.stderr)
         return 130

@@ -195,6 +195,19 @@ class EvalConfig(_Section):
     )
 
 
+class RetryConfig(_Section):
+    """Riding out a service that is down or restarting: what failed is tried again with
+    backoff for ``window_s`` before it is given up (a rollout is then dropped and counted)."""
+
+    window_s: float = Field(
+        90.0, ge=0, description="How long a rollout, a judge call, an adapter load or loading "
+        "the scenarios is retried after a transient failure (no answer, dropped connection, "
+        "5xx) of the engine, the MCP server, the judge or scenario-gen; 0 = only the HTTP "
+        "client's own few retries."
+    )
+    backoff_max_s: float = Field(5.0, gt=0, description="Longest wait between two attempts.")
+
+
 class StatusConfig(_Section):
     enabled: bool = Field(True, description="Serve /healthz, /metrics, /v1/status.")
     host: str = Field("127.0.0.1", description="Status server interface.")
@@ -242,6 +255,9 @@ class RunConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Periodic evaluation.")
     status: StatusConfig = Field(
         default_factory=StatusConfig, description="Status server (/healthz, /metrics)."
+    )
+    retry: RetryConfig = Field(
+        default_factory=RetryConfig, description="Retries while a service is down."
     )
 
     @property

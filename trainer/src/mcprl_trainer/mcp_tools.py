@@ -2,20 +2,30 @@
 
 One fastmcp ``Client`` session per rollout, opened once and kept across its turns (servers
 may keep per-session state). Tool failures come back as results the model sees, never as
-exceptions: the agent learns from "no such table" like from any other observation.
+exceptions: the agent learns from "no such table" like from any other observation. The
+server itself failing (connection refused or dropped, the process killed) is not the agent's
+doing: it raises :class:`McpUnavailableError`, so the rollout is started again instead of
+being trained on with an error the agent did not cause.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from fastmcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from mcprl_trainer.recovery import ServiceUnavailableError
+
+log = logging.getLogger(__name__)
 COMPLETE_TASK = "complete_task"
 COMPLETE_TASK_SCHEMA: dict[str, Any] = {
     "type": "function",
@@ -61,7 +71,11 @@ def mcp_tool_to_openai(tool: Any) -> dict[str, Any]:
 class ToolResult:
     text: str
     is_error: bool
-    error_kind: str | None = None  # tool_error | unknown_tool | bad_arguments | timeout | transport
+    error_kind: str | None = None  # tool_error | unknown_tool | bad_arguments | timeout | protocol
+
+
+class McpUnavailableError(ServiceUnavailableError):
+    """The MCP server could not be reached or dropped the session (not the agent's fault)."""
 
 
 def _result_text(result: Any) -> str:
@@ -108,9 +122,17 @@ class McpSession:
         except TimeoutError:
             return ToolResult(f"Error: tool {name!r} timed out after {self.timeout_s:.0f}s.",
                               True, "timeout")
-        except Exception as exc:  # MCP validation errors, transport hiccups
-            kind = "bad_arguments" if "argument" in str(exc).lower() else "transport"
-            return ToolResult(f"Error: {exc}", True, kind)
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                raise McpUnavailableError(f"MCP server dropped the session: {exc}") from exc
+            if exc.code == REQUEST_TIMEOUT:  # the client's own timeout: as the wait_for one
+                return ToolResult(f"Error: tool {name!r} timed out after "
+                                  f"{self.timeout_s:.0f}s.", True, "timeout")
+            kind = "bad_arguments" if "argument" in str(exc).lower() else "protocol"
+            return ToolResult(f"Error: {exc}", True, kind)  # a JSON-RPC error the call caused
+        except Exception as exc:  # connection refused or reset, client closed under us
+            raise McpUnavailableError(f"MCP server unavailable: {type(exc).__name__}: "
+                                      f"{exc}") from exc
         text = _result_text(result)
         if result.is_error:
             kind = "bad_arguments" if "validation error" in text.lower() else "tool_error"
@@ -122,10 +144,26 @@ class McpSession:
 @asynccontextmanager
 async def open_session(url: str, *, auth_token: str | None = None,
                        timeout_s: float = 30.0) -> AsyncIterator[McpSession]:
-    """A fresh MCP session with the tools loaded; closed when the rollout ends."""
+    """A fresh MCP session with the tools loaded; closed when the rollout ends.
+
+    Failing to connect or to list the tools raises :class:`McpUnavailableError`; failing to
+    close a session whose server went away is logged, not raised (the rollout is complete).
+    """
 
     client = Client(url, auth=auth_token, timeout=timeout_s, init_timeout=timeout_s)
-    async with client:
+    try:
+        await client.__aenter__()
         session = McpSession(client, timeout_s)
         await session.load_tools()
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            await client.__aexit__(None, None, None)
+        raise McpUnavailableError(f"cannot open an MCP session at {url}: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+    try:
         yield session
+    finally:
+        try:
+            await client.__aexit__(None, None, None)
+        except Exception as exc:
+            log.debug("closing the MCP session failed", extra={"reason": repr(exc)})

@@ -64,6 +64,19 @@ class TrainerMetrics:
                                    "Tool errors the agent made, by kind.", ["kind"], registry=r)
         self.groups_skipped = Counter("mcprl_trainer_groups_skipped",
                                       "Groups not trained on, by reason.", ["reason"], registry=r)
+        self.rollouts_retried = Counter(
+            "mcprl_trainer_rollouts_retried", "Rollouts cut by a failing service and started "
+            "again from scratch (never trained on half-made), by service.", ["service"],
+            registry=r)
+        self.rollouts_dropped = Counter(
+            "mcprl_trainer_rollouts_dropped", "Rollouts given up after the retry window (their "
+            "group is not trained on), by service.", ["service"], registry=r)
+        self.service_retries = Counter(
+            "mcprl_trainer_service_retries", "Judge calls, adapter loads and scenario fetches "
+            "retried while a service was down, by service.", ["service"], registry=r)
+        self.adapter_republished = Counter(
+            "mcprl_trainer_adapter_republished", "Adapters loaded again into an engine that had "
+            "lost them (it restarted).", registry=r)
         self.tokens = Counter("mcprl_trainer_tokens", "Tokens processed, by kind.", ["kind"],
                               registry=r)
         self.gpu_memory = Gauge("mcprl_trainer_gpu_memory_bytes",
@@ -78,6 +91,16 @@ class TrainerMetrics:
             self.tool_errors.labels(kind).inc(n)
         for s in turn_seconds:
             self.turn_latency.observe(s)
+
+    def observe_recovery(self, event: str, service: str) -> None:
+        """One retry or drop reported by the rollout loop (see ``GroupRunner``)."""
+
+        if event == "rollout_retried":
+            self.rollouts_retried.labels(service).inc()
+        elif event == "rollout_dropped":
+            self.rollouts_dropped.labels(service).inc()
+        else:
+            self.service_retries.labels(service).inc()
 
     def observe_step(self, step: int, metrics: dict[str, float]) -> None:
         self.step.set(step)

@@ -17,7 +17,15 @@ from mcprl_common.http import RetryPolicy, ServiceCallError, request_json
 
 
 class PolicyError(RuntimeError):
-    """The engine failed for good (after retries) or answered something unusable."""
+    """The engine failed for good (after retries) or answered something unusable.
+
+    ``status`` is the engine's HTTP status (None: no answer), as in
+    :class:`~mcprl_common.http.ServiceCallError`; 404 means it does not serve the model.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ class PolicyClient:
             data = await request_json(self.http, "POST", f"{self.base_url}/completions",
                                       json=body, retry=self.retry)
         except ServiceCallError as exc:
-            raise PolicyError(str(exc)) from exc
+            raise PolicyError(str(exc), status=exc.status) from exc
         try:
             choice = data["choices"][0]
             ids = [int(t) for t in choice["token_ids"]]
@@ -102,7 +110,7 @@ class PolicyClient:
         except ValueError:  # 2xx with a text body (request_json raises on errors first)
             return
         except ServiceCallError as exc:
-            raise PolicyError(f"{url}: {exc.message}") from exc
+            raise PolicyError(f"{url}: {exc.message}", status=exc.status) from exc
 
     async def load_adapter(self, name: str, path: str) -> None:
         """Load (or replace) the LoRA served as ``name`` from ``path`` (seen by the engine).

@@ -36,8 +36,9 @@ from mcprl_trainer.judge_client import JudgeClient
 from mcprl_trainer.metrics import TrainerMetrics
 from mcprl_trainer.modeling import load_policy, load_tokenizer
 from mcprl_trainer.policy import PolicyClient
-from mcprl_trainer.publish import engine_asleep, publish_adapter
+from mcprl_trainer.publish import AdapterPublisher, engine_asleep
 from mcprl_trainer.records import RolloutResult
+from mcprl_trainer.recovery import RetryWindow
 from mcprl_trainer.rendering import ChatRenderer
 from mcprl_trainer.report import write_report
 from mcprl_trainer.rollout import RolloutSettings
@@ -172,7 +173,8 @@ class Trainer:
                 "served_model": self.current_model}
 
     async def _train_step(self, step: int, runner: GroupRunner, splits: ScenarioSplits,
-                          updater: GRPOUpdater, model: Any, policy: PolicyClient) -> None:
+                          updater: GRPOUpdater, model: Any,
+                          publisher: AdapterPublisher) -> None:
         cfg = self.config
         t_step = time.perf_counter()
         scenarios = step_scenarios(splits.train, step, cfg.groups_per_step, cfg.seed)
@@ -193,7 +195,7 @@ class Trainer:
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         t_train = time.perf_counter()
-        async with engine_asleep(policy, cfg.sleep_engine_during_train):
+        async with engine_asleep(publisher.policy, cfg.sleep_engine_during_train):
             m.update(updater.step(step_batch.samples))
         m["train_seconds"] = time.perf_counter() - t_train
         if torch.cuda.is_available():
@@ -202,11 +204,14 @@ class Trainer:
         m["sampled_with"] = self.current_model  # type: ignore[assignment]
         m["finish_reasons"] = step_batch.finish_reasons  # type: ignore[assignment]
         m["tool_errors"] = step_batch.tool_errors  # type: ignore[assignment]
+        m["rollouts_retried"] = batch.rollouts_retried
+        m["rollouts_dropped"] = batch.rollouts_dropped
+        m["judge_retried"] = batch.judge_retried
         self.status.update(phase="publish")
         t_pub = time.perf_counter()
         self.history.append(m)
         ckpt = save_checkpoint(self.run_dir, step, model, updater.state_dict(), self._state())
-        self.current_model = await publish_adapter(policy, cfg, ckpt.path)
+        self.current_model = await publisher.publish(ckpt.path)
         m["publish_seconds"] = time.perf_counter() - t_pub
         m["step_seconds"] = time.perf_counter() - t_step
         self._write_jsonl("metrics.jsonl", self.history)
@@ -234,6 +239,11 @@ class Trainer:
                               timeout_s=cfg.policy.timeout_s, max_retries=cfg.policy.max_retries)
         judge = JudgeClient(cfg.judge.url, timeout_s=cfg.judge.timeout_s, rubric=cfg.judge.rubric,
                             judge_model=cfg.judge.judge_model)
+        retry = RetryWindow(window_s=cfg.retry.window_s, backoff_max_s=cfg.retry.backoff_max_s)
+        publisher = AdapterPublisher(
+            policy, cfg, retry,
+            on_retry=lambda _: self.metrics.service_retries.labels("engine").inc(),
+            on_republish=self.metrics.adapter_republished.inc)
         stopped = False
         try:
             self.status.update(phase="loading")
@@ -251,19 +261,22 @@ class Trainer:
                 self.history = [h for h in state.get("history", []) if h["step"] <= latest.step]
                 self.evals = [e for e in state.get("evals", []) if e["step"] <= latest.step]
                 start = latest.step
-                self.current_model = await publish_adapter(policy, cfg, latest.path)
+                self.current_model = await publisher.publish(latest.path)
                 log.info("resumed from %s (step %d done)", latest.path, start)
             elif cfg.lora.init_adapter is not None:  # step 0 samples the warm start
-                self.current_model = await publish_adapter(policy, cfg, cfg.lora.init_adapter)
+                self.current_model = await publisher.publish(cfg.lora.init_adapter)
                 log.info("starting from adapter %s", cfg.lora.init_adapter)
             self._write_jsonl("metrics.jsonl", self.history)
             self._write_jsonl("evals.jsonl", self.evals)
-            splits = await load_scenarios(cfg.scenarios)
+            splits = await retry.call(
+                lambda: load_scenarios(cfg.scenarios), what="loading the scenarios",
+                on_retry=lambda _: self.metrics.service_retries.labels("scenario-gen").inc())
             runner = GroupRunner(
-                sampler=policy, renderer=ChatRenderer(tokenizer),
+                sampler=publisher, renderer=ChatRenderer(tokenizer),
                 mcp=McpTarget(cfg.mcp.url, cfg.mcp.auth_token.get_secret_value()
                               if cfg.mcp.auth_token else None, cfg.mcp.timeout_s),
                 judge=judge, reward=cfg.reward, concurrency=cfg.rollout.concurrency,
+                retry=retry, on_recovery=self.metrics.observe_recovery,
             )
             if self._eval_due(start) and not any(e["step"] == start for e in self.evals):
                 await self._eval(runner, splits, start)
@@ -274,7 +287,7 @@ class Trainer:
                 if self.stop.is_set():
                     stopped = True
                     break
-                await self._train_step(step, runner, splits, updater, model, policy)
+                await self._train_step(step, runner, splits, updater, model, publisher)
             self.status.update(phase="stopped" if stopped else "done")
         except BaseException as exc:
             self.status.update(phase="failed", error=f"{type(exc).__name__}: {exc}")
