@@ -1,7 +1,8 @@
-"""Fixtures of the ART bridge's tests: skipped as a whole unless the extra is installed
-(``make setup-art``), and one session-wide stack on loopback: the company-db MCP server
-(the tutorial's 5/15/8 rows), our engine serving the tiny-test model, and our judge whose
-judge model is that engine."""
+"""Fixtures of the ART bridge's tests: one session-wide stack on loopback, the company-db
+MCP server (the tutorial's 5/15/8 rows), our engine serving the tiny-test model, and our
+judge whose judge model is that engine. Modules that need the extra skip without it
+(``pytest.importorskip("mcprl_art")`` first: ``mcprl_art`` imports ``art`` and undoes what
+that import does to transformers); the isolation checks run everywhere."""
 
 from __future__ import annotations
 
@@ -11,10 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-# mcprl_art imports art (and undoes what importing art does to transformers, see its
-# docstring) before any test of this folder runs a model.
-pytest.importorskip("mcprl_art", reason="the ART extra is not installed (make setup-art)")
 
 from mcprl_common.process import UvicornThread, wait_healthy
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("mcprl_art", reason="the ART extra is not installed (make setup-art)")
+
+
 from mcprl_art.parity import agreement, kendall_tau_b, pairwise, run_parity
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -4,10 +4,13 @@ the converted ART groups trained by our GRPO step."""
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("mcprl_art", reason="the ART extra is not installed (make setup-art)")
+
 import json
 
 import art
-import pytest
 import torch
 from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("mcprl_art", reason="the ART extra is not installed (make setup-art)")
+
 import json
 
-import pytest
 from art.mcp import GeneratedScenarioCollection
 
 from mcprl_art.scenarios import load_art_scenarios, store_art_scenarios

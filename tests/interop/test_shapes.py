@@ -3,9 +3,12 @@ with a real judge on loopback for the scored direction."""
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("mcprl_art", reason="the ART extra is not installed (make setup-art)")
+
 import art
 import httpx
-import pytest
 from openai.types.chat.chat_completion import Choice
 
 from mcprl_art.shapes import (
