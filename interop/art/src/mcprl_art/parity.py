@@ -324,19 +324,20 @@ async def run_parity(*, mcp_url: str, engine_url: str, model: str, workdir: Path
     }
 
 
-def _serve(model_path: Path, workdir: Path) -> contextlib.ExitStack:
+@contextlib.contextmanager
+def _serve(model_path: Path, workdir: Path) -> Iterator[tuple[str, str]]:
+    """The MCP server (tutorial rows) and the engine serving ``model_path`` as "judge"."""
+
     from mcprl_inference.app import create_app as engine_app
     from mcprl_inference.settings import InferenceSettings
     from mcprl_mcp_server.testing import serve_mcp
 
-    stack = contextlib.ExitStack()
-    mcp_url, _ = stack.enter_context(serve_mcp(workdir / "mcp", preset="tutorial"))
-    engine = stack.enter_context(UvicornThread(engine_app(InferenceSettings(
-        model=str(model_path), served_model_name="judge", device="auto", port=0,
-        max_batch_size=4, seed=0, log_json=False))))
-    wait_healthy(f"{engine.url}/healthz", timeout_s=600)
-    stack.urls = (mcp_url, f"{engine.url}/v1")  # type: ignore[attr-defined]
-    return stack
+    with serve_mcp(workdir / "mcp", preset="tutorial") as (mcp_url, _), UvicornThread(
+            engine_app(InferenceSettings(model=str(model_path), served_model_name="judge",
+                                         device="auto", port=0, max_batch_size=4, seed=0,
+                                         log_json=False))) as engine:
+        wait_healthy(f"{engine.url}/healthz", timeout_s=600)
+        yield mcp_url, f"{engine.url}/v1"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,8 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = args.out.parent
     workdir.mkdir(parents=True, exist_ok=True)
-    with _serve(args.judge_model, workdir) as stack:
-        mcp_url, engine_url = stack.urls  # type: ignore[attr-defined]
+    with _serve(args.judge_model, workdir) as (mcp_url, engine_url):
         report = asyncio.run(run_parity(mcp_url=mcp_url, engine_url=engine_url, model="judge",
                                         workdir=workdir, max_tokens=args.max_tokens,
                                         n_groups=args.groups))
