@@ -288,7 +288,7 @@ async def tutorial(args: argparse.Namespace) -> dict[str, Any]:
         # api_base) and max_tokens set: without it a small model may write until its context
         # is full. (RULER parity at temperature 0 is `make art-parity`, docs/art.md.)
         ruler_params = {"api_base": urls.engine, "api_key": "EMPTY",
-                        "max_tokens": args.ruler_max_tokens}
+                        "max_tokens": args.ruler_max_tokens, "timeout": 300}
         t0 = time.perf_counter()
         art_scored = [await ruler_score_group(g, f"openai/{urls.model}",
                                               extra_litellm_params=ruler_params,

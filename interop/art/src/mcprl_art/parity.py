@@ -242,7 +242,8 @@ async def _art_side(group: art.TrajectoryGroup, model: str, base_url: str,
         scored = await ruler_score_group(group, judge_model=f"openai/{model}",
                                          extra_litellm_params={
                                              "api_base": base_url, "api_key": "EMPTY",
-                                             "temperature": 0, "max_tokens": max_tokens})
+                                             "temperature": 0, "max_tokens": max_tokens,
+                                             "timeout": 1200})
         side = Side(True, [t.reward for t in scored.trajectories])
     except Exception as exc:
         side = Side(False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
