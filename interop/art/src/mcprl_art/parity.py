@@ -256,17 +256,24 @@ async def _our_side(group: art.TrajectoryGroup, judge_url: str, calls_before: in
                     tap: RequestTap) -> Side:
     t0 = time.perf_counter()
     request = score_group_request(group, rubric=ART_RUBRIC, use_cache=False)
-    async with httpx.AsyncClient(timeout=1200) as client:
-        resp = await client.post(f"{judge_url}/v1/score-group",
-                                 json=request.model_dump(mode="json"))
-    if resp.status_code == 200:
-        side = Side(True, [s["score"] for s in resp.json()["scores"]])
+    try:
+        async with httpx.AsyncClient(timeout=1800) as client:
+            resp = await client.post(f"{judge_url}/v1/score-group",
+                                     json=request.model_dump(mode="json"))
+    except httpx.HTTPError as exc:
+        side = Side(False, error=f"{type(exc).__name__} from our judge")
     else:
-        side = Side(False, error=f"HTTP {resp.status_code}: "
-                    f"{resp.json().get('error', {}).get('message', resp.text)[:200]}")
+        side = _our_result(resp)
     side.upstream_calls = len(tap.calls) - calls_before
     side.seconds = round(time.perf_counter() - t0, 2)
     return side
+
+
+def _our_result(resp: httpx.Response) -> Side:
+    if resp.status_code == 200:
+        return Side(True, [s["score"] for s in resp.json()["scores"]])
+    return Side(False, error=f"HTTP {resp.status_code}: "
+                f"{resp.json().get('error', {}).get('message', resp.text)[:200]}")
 
 
 @contextlib.contextmanager
