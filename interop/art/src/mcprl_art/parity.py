@@ -288,8 +288,10 @@ def _our_judge(base_url: str, model: str, max_tokens: int, workdir: Path) -> Ite
 
 
 async def run_parity(*, mcp_url: str, engine_url: str, model: str, workdir: Path,
-                     max_tokens: int = 512, n_groups: int | None = None) -> dict[str, Any]:
-    """Score the parity groups both ways through taps in front of ``engine_url`` (``/v1``)."""
+                     max_tokens: int = 512, n_groups: int | None = None,
+                     progress: Path | None = None) -> dict[str, Any]:
+    """Score the parity groups both ways through taps in front of ``engine_url`` (``/v1``);
+    each finished group is appended to ``progress`` (JSON lines) as it comes."""
 
     groups, intended = await build_groups(mcp_url)
     groups, intended = groups[:n_groups], intended[:n_groups]
@@ -311,6 +313,9 @@ async def run_parity(*, mcp_url: str, engine_url: str, model: str, workdir: Path
                          "ours": asdict(our_side),
                          "requests": asdict(comparison) if comparison else None,
                          "art_answer": art_tap.calls[-1]["text"] if art_tap.calls else None})
+            if progress is not None:
+                with progress.open("a") as fh:
+                    fh.write(json.dumps(rows[-1]) + "\n")
         art_requests, our_requests = list(art_tap.calls), list(our_tap.calls)
     both = [(r["art"]["scores"], r["ours"]["scores"]) for r in rows
             if r["art"]["ok"] and r["ours"]["ok"]]
@@ -367,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     with _serve(args.judge_model, workdir) as (mcp_url, engine_url):
         report = asyncio.run(run_parity(mcp_url=mcp_url, engine_url=engine_url, model="judge",
                                         workdir=workdir, max_tokens=args.max_tokens,
-                                        n_groups=args.groups))
+                                        n_groups=args.groups,
+                                        progress=args.out.with_suffix(".rows.jsonl")))
     report["judge_model_path"] = str(args.judge_model)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     summary = {k: v for k, v in report.items() if k not in ("rows", "first_requests")}
