@@ -22,7 +22,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
 .PHONY: help setup test lint fmt demo bench serve-mcp serve-inference serve-scenario-gen \
 	serve-judge base-model tiny-model warm-start train stack up up-cpu down docker-bases torch-wheel \
-	compose-test gpu-wheels learning-smoke lock clean browser
+	compose-test gpu-wheels learning-smoke lock clean browser setup-art art-tutorial art-parity
 
 help:  ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -36,6 +36,23 @@ $(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(PAC
 	@touch $@
 
 setup: $(STAMP)  ## create .venv and install every package editable with pinned deps
+
+# The optional ART bridge (interop/art): openpipe-art's client side (litellm, weave, polars;
+# no torch of its own, no GPU backend). No service imports it; its tests skip without it.
+ART_STAMP := $(VENV)/.setup-art-stamp
+$(ART_STAMP): $(STAMP) interop/art/pyproject.toml
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt "$(TORCH_PIN)" -e interop/art
+	$(PY) -c "import mcprl_art"
+	@touch $@
+
+setup-art: $(ART_STAMP)  ## install the optional ART bridge (interop/art, pinned openpipe-art)
+
+art-tutorial: setup-art tiny-model  ## the ART MCP-RL tutorial's calls against our stack, on CPU (ART_ARGS=...)
+	$(PY) examples/art-tutorial/tutorial.py $(ART_ARGS)
+
+ART_JUDGE_MODEL ?= $(if $(wildcard models/smollm2-135m-instruct/config.json),models/smollm2-135m-instruct,demo/checkpoints/warm-start)
+art-parity: setup-art tiny-model  ## RULER parity: ART's ruler_score_group vs our judge, same model (ART_JUDGE_MODEL=path)
+	$(PY) -m mcprl_art.parity --judge-model $(ART_JUDGE_MODEL) --out runs/art-parity/report.json
 
 lint: setup  ## ruff
 	$(BIN)/ruff check .
@@ -119,7 +136,7 @@ gpu-wheels:  ## wheels the H200 image lacks, into .whl/ (carried by device runs;
 learning-smoke: setup tiny-model  ## the issue-9 experiment at toy scale on CPU (prints JSON)
 	$(PY) bench/learning_run.py --smoke --arms grpo,shuffled
 
-lock: setup  ## rewrite constraints.txt from the installed environment
+lock: setup setup-art  ## rewrite constraints.txt from the installed environment (the ART extra too)
 	(echo "# Lock of every third-party package (transitive too). Regenerate: make lock"; \
 	 $(BIN)/pip freeze --exclude-editable | grep -vE "^(torch|mcprl)") > constraints.txt
 

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,8 @@ from rich.table import Table
 
 from mcprl_common.errors import ServiceError
 from mcprl_common.settings import upstream_settings
-from mcprl_common.wire import Scenario
-from mcprl_scenario_gen.pipeline import finish, new_manifest, run_generation
-from mcprl_scenario_gen.quality import Deduplicator, validate
+from mcprl_scenario_gen.art_import import NothingToImportError, import_art, load_art
+from mcprl_scenario_gen.pipeline import run_generation
 from mcprl_scenario_gen.service import preflight
 from mcprl_scenario_gen.settings import Settings
 from mcprl_scenario_gen.store import ScenarioStore, StoredManifest, dumps_art
@@ -146,22 +144,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_art(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """ART scenarios: a JSON array, JSONL, or ``{"train": [...], "val"/"test": [...]}``."""
-
-    raw = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        data = [json.loads(line) for line in raw.splitlines() if line.strip()]
-    if isinstance(data, dict):
-        return {"train": list(data.get("train", [])),
-                "val": list(data.get("val", data.get("test", [])))}
-    if not isinstance(data, list):
-        raise ValueError("expected a JSON array of {task, difficulty} objects")
-    return {"all": data}
-
-
 def cmd_import(args: argparse.Namespace) -> int:
     settings = _settings(args)
     store = ScenarioStore(settings.data_dir)
@@ -171,43 +153,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         err.print(f"[red]error:[/] cannot read {path}: {exc}")
         return 2
-    dedup = Deduplicator(settings.near_duplicate_threshold)
-    kept: dict[str, list[Scenario]] = {}
-    skipped = 0
-    for split, items in groups.items():
-        kept[split] = []
-        for item in items:
-            try:
-                scenario = Scenario.from_art(item, strategy="import:art")
-            except (KeyError, TypeError, ValueError):
-                skipped += 1
-                continue
-            if validate(scenario) is None and dedup.add(scenario):
-                kept[split].append(scenario)
-            else:
-                skipped += 1
-    total = sum(len(v) for v in kept.values())
-    if total == 0:
+    try:
+        manifest = import_art(store, groups, source=path.resolve().as_uri(), seed=args.seed,
+                              val_fraction=args.val_fraction,
+                              near_duplicate_threshold=settings.near_duplicate_threshold)
+    except NothingToImportError:
         err.print(f"[red]error:[/] no valid scenarios in {path}")
         return 2
-    given_val = len(kept.get("val", []))
-    params = GenerationParams(
-        mcp_url=path.resolve().as_uri(), strategy="import:art", n=total, seed=args.seed,
-        val_fraction=given_val / total if "all" not in kept else args.val_fraction)
-    manifest = new_manifest(store.new_set_id(), params)
-    warnings = [f"skipped {skipped} invalid or duplicate items"] if skipped else []
-    if "all" in kept:
-        finish(store, manifest, kept["all"], params, status="succeeded", error=None,
-               warnings=warnings)
-    else:  # the file's own split is kept as it is
-        train = [s.model_copy(update={"split": "train"}) for s in kept.get("train", [])]
-        val = [s.model_copy(update={"split": "val"}) for s in kept.get("val", [])]
-        manifest.status, manifest.finished_at, manifest.warnings = "succeeded", time.time(), \
-            warnings
-        manifest.counts = {"train": len(train), "val": len(val), "total": total}
-        manifest.difficulty_counts = {str(d): sum(s.difficulty == d for s in train + val)
-                                      for d in range(1, 6)}
-        store.write_set(manifest, train, val)
     _summary(manifest, store)
     print(json.dumps({"id": manifest.id, "status": manifest.status,
                       "path": str(store.set_dir(manifest.id)), "counts": manifest.counts}))
