@@ -80,13 +80,65 @@ def _collate(samples: Sequence[TrainSample], pad_id: int, device: torch.device):
     return ids.to(device), attn.to(device), mask.to(device), old.to(device), adv.to(device)
 
 
-class GRPOUpdater:
-    """Owns the optimizer and scheduler of the LoRA parameters and runs one step's update."""
+@dataclass(frozen=True)
+class StepPlan:
+    """One step's update, decided once (on rank 0) and run by every rank: the samples, the
+    step-wide normalisers, and which micro-batches (lists of sample indices) each rank runs.
 
-    def __init__(self, model, config: TrainConfig, pad_token_id: int) -> None:
+    The micro-batches are those of a single process (``pack_micro_batches`` over all
+    samples); with several ranks each gets whole micro-batches, balanced by padded tokens,
+    so the summed gradients are the single process's.
+    """
+
+    samples: list[TrainSample]
+    settings: LossSettings
+    rank_batches: list[list[list[int]]]  # rank -> its micro-batches
+    total_tokens: float
+
+    @property
+    def rounds(self) -> int:
+        """Micro-batches every rank runs (the shorter shares are padded with empty ones:
+        each forward and backward of a sharded model is a collective)."""
+
+        return max((len(b) for b in self.rank_batches), default=0)
+
+    @property
+    def micro_batches(self) -> int:
+        return sum(len(b) for b in self.rank_batches)
+
+
+def assign_micro_batches(batches: Sequence[Sequence[int]], lengths: Sequence[int],
+                         world_size: int) -> list[list[list[int]]]:
+    """Whole micro-batches to ranks, largest first to the least loaded (by padded tokens)."""
+
+    cost = [len(b) * max(lengths[i] for i in b) for b in batches]
+    shares: list[list[list[int]]] = [[] for _ in range(world_size)]
+    load = [0] * world_size
+    for bi in sorted(range(len(batches)), key=lambda i: -cost[i]):
+        rank = min(range(world_size), key=lambda r: (load[r], len(shares[r]), r))
+        shares[rank].append(list(batches[bi]))
+        load[rank] += cost[bi]
+    return shares
+
+
+class GRPOUpdater:
+    """Owns the optimizer and scheduler of the LoRA parameters and runs one step's update.
+
+    With ``world_size > 1`` the model is FSDP2-sharded (:mod:`mcprl_trainer.distributed`)
+    and every rank runs :meth:`run` on the same :class:`StepPlan`, each its own share of the
+    micro-batches; the sharded model sums the gradients across ranks.
+    """
+
+    def __init__(self, model, config: TrainConfig, pad_token_id: int, *, rank: int = 0,
+                 world_size: int = 1) -> None:
         self.model = model
         self.config = config
         self.pad_token_id = pad_token_id
+        self.rank = rank
+        self.world_size = world_size
+        # A shared-prefix pass is one more forward for some micro-batches only: ranks would
+        # disagree on the number of collectives. Same loss either way, so it is off here.
+        self.shared_prefix = config.shared_prefix and world_size == 1
         self.loss_fn = get_loss(config.loss)
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
@@ -105,57 +157,124 @@ class GRPOUpdater:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
-        """One GRPO update (``epochs_per_step`` optimizer steps) on ``samples``."""
+    def plan(self, samples: Sequence[TrainSample]) -> StepPlan:
+        """Filter, normalise and split ``samples`` (pure: rank 0 plans, every rank runs)."""
 
         cfg = self.config
         samples = [s for s in samples if s.num_trained > 0]
-        metrics: dict[str, float] = {"train_samples": float(len(samples)), "train_tokens": 0.0}
-        if not samples:
-            return metrics
         total_tokens = float(sum(max(0, s.num_trained - s.mask[0]) for s in samples))
         settings = LossSettings(
             clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high, kl_coef=cfg.kl_coef,
             aggregation=cfg.loss_aggregation, token_normalizer=max(total_tokens, 1.0),
-            seq_normalizer=float(len(samples)),
+            seq_normalizer=float(max(len(samples), 1)),
         )
-        batches = pack_micro_batches([len(s.input_ids) for s in samples], cfg.micro_batch_tokens)
+        lengths = [len(s.input_ids) for s in samples]
+        batches = pack_micro_batches(lengths, cfg.micro_batch_tokens) if samples else []
+        shares = assign_micro_batches(batches, lengths, self.world_size)
+        return StepPlan(samples, settings, shares, total_tokens)
+
+    def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
+        """One GRPO update (``epochs_per_step`` optimizer steps) on ``samples``."""
+
+        return self.run(self.plan(samples))
+
+    def _filler(self) -> list[TrainSample]:
+        """A 2-token micro-batch with one target, for a rank whose share ran out: its
+        forward and backward take part in the collectives; its loss is multiplied by 0."""
+
+        return [TrainSample([self.pad_token_id] * 2, [0, 1], [0.0, 0.0], 0.0)]
+
+    def accumulate(self, plan: StepPlan) -> tuple[float, dict[str, float], float]:
+        """Forward and backward over this rank's micro-batches (gradients accumulate).
+
+        Returns this rank's summed loss, its token-weighted metric sums and their weight.
+        """
+
+        cfg = self.config
+        mine = plan.rank_batches[self.rank] if plan.rank_batches else []
+        sums: dict[str, float] = {}
+        loss_total, weight = 0.0, 0.0
+        sharded = self.world_size > 1
+        for j in range(plan.rounds):
+            real = j < len(mine)
+            rows = [plan.samples[i] for i in mine[j]] if real else self._filler()
+            if sharded:  # reduce the gradients once, with the last backward
+                self.model.set_requires_gradient_sync(j == plan.rounds - 1)
+            ids, attn, mask, old, adv = _collate(rows, self.pad_token_id, self.device)
+            ref = None
+            if cfg.kl_coef > 0:
+                with torch.no_grad(), self._autocast(), self.model.disable_adapter():
+                    ref = token_logprobs(self.model, ids, attn, mask,
+                                         shared_prefix=self.shared_prefix)
+            with self._autocast():
+                logprobs = token_logprobs(self.model, ids, attn, mask,
+                                          shared_prefix=self.shared_prefix)
+            loss, mb_metrics = self.loss_fn(
+                LossInputs(logprobs, old, adv, mask, ref), plan.settings
+            )
+            # FSDP averages gradients over the ranks; each loss is a share of the step's sum
+            (loss * (self.world_size if real else 0.0)).backward()
+            if not real:
+                continue
+            loss_total += float(loss.detach())
+            n_tok = float(mask.sum())
+            weight += n_tok
+            for key, value in mb_metrics.items():
+                if key == "ratio_max":
+                    sums[key] = max(sums.get(key, 0.0), value)
+                else:
+                    sums[key] = sums.get(key, 0.0) + value * n_tok
+        return loss_total, sums, weight
+
+    def clip_and_step(self) -> float:
+        """Clip the global gradient norm (across shards), step optimizer and scheduler."""
+
+        grads = [p.grad for p in self.params if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads, 2.0)
+        if hasattr(norm, "full_tensor"):  # a DTensor: the norm over every rank's shard
+            norm = norm.full_tensor()
+        torch.nn.utils.clip_grads_with_norm_(self.params, self.config.max_grad_norm, norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return float(norm)
+
+    def _reduce(self, parts: tuple[float, dict[str, float], float]):
+        if self.world_size == 1:
+            return parts
+        import torch.distributed as dist
+
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, parts)
+        loss = sum(g[0] for g in gathered)
+        sums: dict[str, float] = {}
+        for _, part, _ in gathered:
+            for key, value in part.items():
+                sums[key] = max(sums.get(key, 0.0), value) if key == "ratio_max" \
+                    else sums.get(key, 0.0) + value
+        return loss, sums, sum(g[2] for g in gathered)
+
+    def run(self, plan: StepPlan) -> dict[str, float]:
+        """Run ``plan``: every rank calls this with the same plan."""
+
+        cfg = self.config
+        metrics: dict[str, float] = {"train_samples": float(len(plan.samples)),
+                                     "train_tokens": 0.0}
+        if not plan.samples:
+            return metrics
         started = time.perf_counter()
         sums: dict[str, float] = {}
         weight = 0.0
         self.model.train()
         for _ in range(cfg.epochs_per_step):
             self.optimizer.zero_grad(set_to_none=True)
-            loss_total = 0.0
-            for batch in batches:
-                ids, attn, mask, old, adv = _collate(
-                    [samples[i] for i in batch], self.pad_token_id, self.device
-                )
-                ref = None
-                if cfg.kl_coef > 0:
-                    with torch.no_grad(), self._autocast(), self.model.disable_adapter():
-                        ref = token_logprobs(self.model, ids, attn, mask,
-                                             shared_prefix=cfg.shared_prefix)
-                with self._autocast():
-                    logprobs = token_logprobs(self.model, ids, attn, mask,
-                                              shared_prefix=cfg.shared_prefix)
-                loss, mb_metrics = self.loss_fn(
-                    LossInputs(logprobs, old, adv, mask, ref), settings
-                )
-                loss.backward()
-                loss_total += float(loss.detach())
-                n_tok = float(mask.sum())
-                weight += n_tok
-                for key, value in mb_metrics.items():
-                    if key == "ratio_max":
-                        sums[key] = max(sums.get(key, 0.0), value)
-                    else:
-                        sums[key] = sums.get(key, 0.0) + value * n_tok
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
-            self.optimizer.step()
-            self.scheduler.step()
+            loss_total, mb_sums, mb_weight = self._reduce(self.accumulate(plan))
+            weight += mb_weight
+            for key, value in mb_sums.items():
+                sums[key] = max(sums.get(key, 0.0), value) if key == "ratio_max" \
+                    else sums.get(key, 0.0) + value
+            grad_norm = self.clip_and_step()
             sums["loss"] = sums.get("loss", 0.0) + loss_total
-            sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
+            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
         self.optimizer.zero_grad(set_to_none=True)
         elapsed = time.perf_counter() - started
         epochs = float(cfg.epochs_per_step)
@@ -166,11 +285,12 @@ class GRPOUpdater:
                 metrics[key] = value
             else:
                 metrics[key] = value / max(weight, 1.0)
-        metrics["train_tokens"] = total_tokens
-        metrics["micro_batches"] = float(len(batches))
+        metrics["train_tokens"] = plan.total_tokens
+        metrics["micro_batches"] = float(plan.micro_batches)
         metrics["lr"] = float(self.scheduler.get_last_lr()[0])
         metrics["train_seconds"] = elapsed
-        processed = sum(len(s.input_ids) for s in samples) * epochs
+        metrics["train_ranks"] = float(self.world_size)
+        processed = sum(len(s.input_ids) for s in plan.samples) * epochs
         metrics["train_tokens_per_s"] = processed / elapsed if elapsed > 0 else 0.0
         return metrics
 
@@ -178,5 +298,6 @@ class GRPOUpdater:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        if "optimizer" in state:  # a checkpoint from before dcp (the optimizer is in dcp/)
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
