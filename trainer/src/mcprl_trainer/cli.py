@@ -3,6 +3,10 @@
 
 SIGTERM/SIGINT stop the run gracefully after the current step (its checkpoint is written, so
 ``--resume`` continues with the next step); a second signal stops at once.
+
+Under ``torchrun --nproc-per-node N mcprl-train --config FILE`` the update is sharded over N
+processes (FSDP2, :mod:`mcprl_trainer.distributed`): rank 0 is the run as above, the other
+ranks only take their share of each update and of each checkpoint.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ from pathlib import Path
 
 from mcprl_common.logging import configure_logging
 from mcprl_trainer.checkpoint import CheckpointWriteError, latest_checkpoint
-from mcprl_trainer.config import load_config
+from mcprl_trainer.config import RunConfig, load_config
+from mcprl_trainer.distributed import DistContext, destroy, init_distributed
 from mcprl_trainer.html_report import rebuild_report
+from mcprl_trainer.modeling import resolve_device
 from mcprl_trainer.runner import RunExistsError, Trainer
+from mcprl_trainer.update_group import UpdateGroup
 
 log = logging.getLogger("mcprl_trainer")
 # A volume that is full, read-only or not ours: told plainly, not as a traceback.
@@ -84,6 +91,19 @@ def _install_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+def follower_main(config: RunConfig, ctx: DistContext) -> int:
+    """A rank > 0: its share of every update until rank 0 says stop. Signals are rank 0's
+    to act on (torchrun sends them to every rank); this rank stops when told."""
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+    try:
+        UpdateGroup(config, ctx).follow()
+    finally:
+        destroy()
+    return 0
+
+
 def report_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="mcprl-train report",
                                      description="Write RUN_DIR/report.html again from the "
@@ -122,12 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # validation errors: say what is wrong, no traceback
         print(f"mcprl-train: invalid config {args.config}: {exc}", file=sys.stderr)
         return 2
+    dist_ctx = init_distributed(resolve_device(config.train.device))
+    if not dist_ctx.is_main:
+        return follower_main(config, dist_ctx)
     stop = threading.Event()
     _install_signals(stop)
     progress = RichProgress(enabled=not args.no_progress, json_lines=args.log_json)
     try:
         outcome = asyncio.run(Trainer(config, resume=args.resume, stop=stop,
-                                      progress=progress).run())
+                                      progress=progress, dist=dist_ctx).run())
     except RunExistsError as exc:
         print(f"mcprl-train: {exc}", file=sys.stderr)
         return 2
@@ -148,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         progress.close()
+        destroy()
     state = "stopped early" if outcome.stopped_early else "done"
     print(f"mcprl-train: {state} after step {outcome.steps_done}; report: "
           f"{outcome.report['html']}", file=sys.stderr)

@@ -3,7 +3,8 @@
 A run is described by one YAML file (see ``configs/``). Environment variables override it,
 so the same file works on a laptop, in compose and on a GPU box:
 
-- the project-wide names: ``POLICY_BASE_URL``, ``POLICY_MODEL``, ``POLICY_API_KEY``,
+- the project-wide names: ``POLICY_BASE_URL``, ``POLICY_BASE_URLS`` (several engine
+  replicas, comma-separated), ``POLICY_MODEL``, ``POLICY_API_KEY``,
   ``MCP_URL``, ``MCP_AUTH_TOKEN``, ``JUDGE_URL``, ``SCENARIO_GEN_URL``, ``TRAINER_HOST``,
   ``TRAINER_PORT``;
 - any field as ``TRAINER_<FIELD>`` or ``TRAINER_<SECTION>__<FIELD>`` (values parsed as YAML,
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from mcprl_common.wire import RewardConfig
 
@@ -35,6 +36,7 @@ DEFAULT_SYSTEM_PROMPT = (
 # Well-known environment variables shared with the rest of the stack -> config path.
 ENV_ALIASES: dict[str, tuple[str, ...]] = {
     "POLICY_BASE_URL": ("policy", "base_url"),
+    "POLICY_BASE_URLS": ("policy", "base_urls"),
     "POLICY_MODEL": ("policy", "model"),
     "POLICY_API_KEY": ("policy", "api_key"),
     "MCP_URL": ("mcp", "url"),
@@ -55,6 +57,18 @@ class PolicyConfig(_Section):
     """The inference engine that samples rollouts (vLLM or ours, OpenAI completions API)."""
 
     base_url: str = Field("http://127.0.0.1:8000/v1", description="Engine base URL, with /v1.")
+    base_urls: list[str] = Field(
+        default_factory=list, description="Several engine replicas (base URLs with /v1; "
+        "POLICY_BASE_URLS=a,b): each group of rollouts goes to one of them, the one with the "
+        "fewest open requests; every adapter is loaded into all. Empty = [base_url]."
+    )
+    replica_backoff_s: float = Field(
+        1.0, gt=0, description="A replica that fails is left out this long, doubling with "
+        "each failure in a row (up to replica_backoff_max_s), then tried again."
+    )
+    replica_backoff_max_s: float = Field(
+        30.0, gt=0, description="Longest time a failed replica is left out."
+    )
     model: str = Field("", description="Served name of the base model; empty = the model path.")
     adapter_name: str = Field(
         "", description="Name the trained LoRA is served under; empty = the run name."
@@ -65,6 +79,20 @@ class PolicyConfig(_Section):
     engine_output_dir: str | None = Field(
         None, description="output_dir as the engine sees it (shared volume); None = same path."
     )
+
+    @field_validator("base_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: Any) -> Any:
+        if isinstance(value, str):  # POLICY_BASE_URLS=http://a:8000/v1,http://b:8000/v1
+            return [u.strip() for u in value.replace(" ", ",").split(",") if u.strip()]
+        return value
+
+    @property
+    def engine_urls(self) -> list[str]:
+        """The replicas rollouts are spread over (one: ``base_url``)."""
+
+        urls = list(dict.fromkeys(u.rstrip("/") for u in self.base_urls))
+        return urls or [self.base_url]
 
 
 class McpConfig(_Section):

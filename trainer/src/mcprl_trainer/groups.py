@@ -99,10 +99,10 @@ class GroupRunner:
             self.on_recovery(event, source or failure_source(exc))
 
     async def _rollout(self, sem: asyncio.Semaphore, scenario: Scenario, model: str,
-                       settings: RolloutSettings, seed: int) -> RolloutResult:
+                       settings: RolloutSettings, seed: int, sampler: Sampler) -> RolloutResult:
         async with sem, open_session(self.mcp.url, auth_token=self.mcp.auth_token,
                                      timeout_s=self.mcp.timeout_s) as session:
-            return await run_rollout(scenario, sampler=self.sampler, model=model,
+            return await run_rollout(scenario, sampler=sampler, model=model,
                                      renderer=self.renderer, session=session,
                                      settings=settings, seed=seed)
 
@@ -127,11 +127,11 @@ class GroupRunner:
             counts["retried"] += 1
             self._event("rollout_retried", exc)
 
-        async def one(gi: int, mi: int, scenario: Scenario) -> RolloutResult:
+        async def one(gi: int, mi: int, scenario: Scenario, sampler: Sampler) -> RolloutResult:
             seed = derive_seed(*seed_parts, gi, mi)
             try:  # every attempt starts from scratch: a new session, the same seeds
                 result = await self.retry.call(
-                    lambda: self._rollout(sem, scenario, model, settings, seed),
+                    lambda: self._rollout(sem, scenario, model, settings, seed, sampler),
                     what="rollout", on_retry=rollout_retried)
             except Exception as exc:
                 counts["dropped"] += 1
@@ -143,9 +143,16 @@ class GroupRunner:
             return result
 
         async def group(gi: int, scenario: Scenario) -> ScoredGroup:
-            outcomes = await asyncio.gather(
-                *(one(gi, mi, scenario) for mi in range(group_size)), return_exceptions=True
-            )
+            # With several engines a group samples on one (its shared prompt cached there).
+            bound = self.sampler.for_group() if hasattr(self.sampler, "for_group") \
+                else self.sampler
+            try:
+                outcomes = await asyncio.gather(
+                    *(one(gi, mi, scenario, bound) for mi in range(group_size)),
+                    return_exceptions=True)
+            finally:
+                if hasattr(bound, "release"):
+                    bound.release()
             failures = [o for o in outcomes if isinstance(o, BaseException)]
             results = [o for o in outcomes if isinstance(o, RolloutResult)]
             if failures:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter as PyCounter
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from mcprl_common.metrics import LATENCY_BUCKETS_S, new_registry
 
@@ -83,6 +84,11 @@ class TrainerMetrics:
                                 "Peak GPU memory allocated by the trainer in the last step.",
                                 registry=r)
 
+    def watch_engines(self, pool) -> None:
+        """Per engine replica: up or left out, open requests, requests sent."""
+
+        self.registry.register(_EngineCollector(pool))
+
     def observe_rollout(self, seconds: float, finish_reason: str, tool_errors: PyCounter,
                         turn_seconds: list[float]) -> None:
         self.rollout_latency.observe(seconds)
@@ -121,3 +127,28 @@ class TrainerMetrics:
     def observe_eval(self, success_rate: float, mean_reward: float) -> None:
         self.eval_success.set(success_rate)
         self.eval_reward.set(mean_reward)
+
+
+class _EngineCollector:
+    """Reads an :class:`~mcprl_trainer.engines.EnginePool` at scrape time."""
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        up = GaugeMetricFamily("mcprl_trainer_engine_replica_up", "1 while the engine replica "
+                               "takes rollouts, 0 while it is left out after a failure.",
+                               labels=["replica"])
+        open_ = GaugeMetricFamily("mcprl_trainer_engine_open_requests",
+                                  "Completion requests in flight, per engine replica.",
+                                  labels=["replica"])
+        sent = CounterMetricFamily("mcprl_trainer_engine_requests", "Completion requests sent, "
+                                   "per engine replica.", labels=["replica"])
+        for r in self.pool.replicas:
+            up.add_metric([r.url], 1.0 if self.pool.is_up(r) else 0.0)
+            open_.add_metric([r.url], float(r.open_requests))
+            sent.add_metric([r.url], float(r.requests))
+        yield from (up, open_, sent)

@@ -1,15 +1,17 @@
-"""Publishing adapters to the engine, and sleeping a same-GPU engine during the update.
+"""Publishing adapters to the engines, and sleeping a same-GPU engine during the update.
 
-After each step the checkpoint's adapter is loaded into the engine under one served name
-(``/v1/load_lora_adapter`` with the same name replaces it), so the next rollouts sample from
-the policy just trained. The path must be the one the *engine* sees: on one host it is the
-trainer's own path; in containers it is where the shared volume is mounted in the engine
-(``policy.engine_output_dir``).
+After each step the checkpoint's adapter is loaded into every engine replica under one
+served name (``/v1/load_lora_adapter`` with the same name replaces it), and the step's
+rollouts start only once each replica that is up lists it with the new path in
+``/v1/models``: no group samples from last step's policy. The path must be the one the
+*engine* sees: on one host it is the trainer's own path; in containers it is where the
+shared volume is mounted in the engine (``policy.engine_output_dir``).
 
-An engine that restarts forgets its adapters and answers 404 for the served name.
-:class:`AdapterPublisher` samples through the engine client and, on that 404, loads the
-latest adapter again and repeats the request, so rollouts go on with the policy they were
-meant to sample from, never silently with the base model.
+An engine that restarts forgets its adapters and answers 404 for the served name; a replica
+that was left out (:mod:`mcprl_trainer.engines`) may come back without them. Before a replica
+samples from the served adapter it is loaded there if that replica's version is not known to
+be the latest, so rollouts go on with the policy they were meant to sample from, never
+silently with the base model or an older adapter.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from mcprl_common.http import request_json
 from mcprl_trainer.config import RunConfig
+from mcprl_trainer.engines import EnginePool, Replica
 from mcprl_trainer.policy import PolicyClient, PolicyError, SampledTurn
-from mcprl_trainer.recovery import RetryWindow
+from mcprl_trainer.recovery import RetryWindow, ServiceUnavailableError, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -48,78 +52,181 @@ async def publish_adapter(policy: PolicyClient, config: RunConfig, checkpoint_pa
     return name
 
 
-class AdapterPublisher:
-    """Publishes each checkpoint's adapter and keeps it served across engine restarts.
+class AdapterVersionError(ServiceUnavailableError):
+    """A replica accepted the adapter but does not list it with the new path (yet)."""
 
-    Also the run's :class:`~mcprl_trainer.rollout.Sampler`: it forwards to the engine client.
+
+async def served_adapter_path(policy: PolicyClient, name: str) -> str | None:
+    """The path the engine lists for adapter ``name`` in ``/v1/models`` (vLLM and ours put
+    it in ``root``); None when it does not serve it."""
+
+    data = await request_json(policy.http, "GET", f"{policy.base_url}/models",
+                              retry=policy.retry)
+    for card in (data or {}).get("data", []):
+        if card.get("id") == name:
+            return card.get("root")
+    return None
+
+
+class AdapterPublisher:
+    """Publishes each checkpoint's adapter to every replica and keeps it served there.
+
+    Also the run's :class:`~mcprl_trainer.rollout.Sampler`: ``complete`` sends a request to
+    the least-loaded replica, :meth:`for_group` gives a group a sampler bound to one.
     """
 
-    def __init__(self, policy: PolicyClient, config: RunConfig, retry: RetryWindow, *,
-                 on_retry: Callable[[BaseException], None] | None = None,
+    def __init__(self, pool: EnginePool | PolicyClient, config: RunConfig, retry: RetryWindow,
+                 *, on_retry: Callable[[BaseException], None] | None = None,
                  on_republish: Callable[[], None] | None = None) -> None:
-        self.policy = policy
+        self.pool = pool if isinstance(pool, EnginePool) else EnginePool([pool])
         self.config = config
         self.retry = retry
         self.on_retry = on_retry
         self.on_republish = on_republish
         self.latest: Path | None = None
-        self._loads = 0  # adapter loads so far; tells a waiter someone else reloaded it
         self._lock = asyncio.Lock()
 
+    @property
+    def policy(self) -> PolicyClient:
+        """The first replica's client (what a single-engine caller knows)."""
+
+        return self.pool.first
+
+    # -- publishing -----------------------------------------------------------------------
+    async def _load(self, replica: Replica, checkpoint_path: Path) -> None:
+        """Load the adapter into one replica and check that it serves the new path."""
+
+        name = self.config.served_adapter
+        want = engine_adapter_path(self.config, checkpoint_path)
+        await replica.client.load_adapter(name, want)
+        got = await served_adapter_path(replica.client, name)
+        if got is not None and got != want:
+            raise AdapterVersionError(f"{replica.url} serves {name} from {got}, not {want}")
+        replica.adapter = checkpoint_path
+        self.pool.mark_ok(replica)
+        log.info("adapter published", extra={"adapter": name, "path": str(checkpoint_path),
+                                             "replica": replica.url})
+
+    async def _publish_all(self, checkpoint_path: Path) -> None:
+        targets = self.pool.up() or [self.pool.pick()]
+        outcomes = await asyncio.gather(*(self._load(r, checkpoint_path) for r in targets),
+                                        return_exceptions=True)
+        failed = [(r, o) for r, o in zip(targets, outcomes, strict=True)
+                  if isinstance(o, BaseException)]
+        for replica, exc in failed:
+            if not is_transient(exc):
+                raise exc  # a wrong path or a bad adapter: every replica would say the same
+            self.pool.mark_down(replica, exc)
+        if len(failed) == len(targets):
+            raise ServiceUnavailableError(
+                f"no engine replica took the adapter: {failed[0][1]}") from failed[0][1]
+
     async def publish(self, checkpoint_path: Path) -> str:
-        """Load ``checkpoint_path``'s adapter (retrying while the engine is down)."""
+        """Load ``checkpoint_path``'s adapter into every replica that is up (retrying while
+        none is); a replica left out gets it when it is back, before it samples."""
 
         async with self._lock:
-            name = await self.retry.call(
-                lambda: publish_adapter(self.policy, self.config, checkpoint_path),
-                what="publishing the adapter", on_retry=self.on_retry)
             self.latest = checkpoint_path
-            self._loads += 1
-        return name
+            await self.retry.call(lambda: self._publish_all(checkpoint_path),
+                                  what="publishing the adapter", on_retry=self.on_retry)
+        return self.config.served_adapter
 
-    async def _republish(self, loads_seen: int) -> None:
-        async with self._lock:
-            if self._loads != loads_seen or self.latest is None:
-                return  # another rollout already loaded it again
-            log.warning("engine lost the adapter (restarted?): publishing it again",
-                        extra={"adapter": self.config.served_adapter,
-                               "path": str(self.latest)})
-            await self.retry.call(
-                lambda: publish_adapter(self.policy, self.config, self.latest),  # type: ignore[arg-type]
-                what="republishing the adapter", on_retry=self.on_retry)
-            self._loads += 1
-        if self.on_republish is not None:
-            self.on_republish()
+    async def _ensure(self, replica: Replica, model: str) -> None:
+        """``replica`` serves the latest adapter before it samples from it."""
+
+        if model != self.config.served_adapter or self.latest is None:
+            return
+        async with replica.lock:
+            latest = self.latest
+            if replica.adapter == latest:
+                return
+            lost = replica.requests > 0 or replica.failures > 0
+            try:
+                await self._load(replica, latest)
+            except Exception as exc:
+                if is_transient(exc):
+                    self.pool.mark_down(replica, exc)
+                raise
+        if lost:
+            log.warning("engine replica lacked the adapter (restarted?): loaded it again",
+                        extra={"adapter": self.config.served_adapter, "path": str(latest),
+                               "replica": replica.url})
+            if self.on_republish is not None:
+                self.on_republish()
+
+    # -- sampling -------------------------------------------------------------------------
+    async def complete_on(self, replica: Replica, model: str, prompt_ids: list[int], *,
+                          max_tokens: int, temperature: float, top_p: float = 1.0,
+                          seed: int | None = None,
+                          stop_token_ids: list[int] | None = None) -> SampledTurn:
+        for attempt in range(2):
+            await self._ensure(replica, model)
+            replica.open_requests += 1
+            replica.requests += 1
+            try:
+                turn = await replica.client.complete(
+                    model, prompt_ids, max_tokens=max_tokens, temperature=temperature,
+                    top_p=top_p, seed=seed, stop_token_ids=stop_token_ids)
+            except PolicyError as exc:
+                lost = (exc.status == 404 and self.latest is not None
+                        and model == self.config.served_adapter)
+                if lost and attempt == 0:
+                    replica.adapter = None  # it restarted between two requests: load again
+                    continue
+                if is_transient(exc):
+                    self.pool.mark_down(replica, exc)
+                raise
+            finally:
+                replica.open_requests -= 1
+            self.pool.mark_ok(replica)
+            return turn
+        raise AssertionError("unreachable")
 
     async def complete(self, model: str, prompt_ids: list[int], *, max_tokens: int,
                        temperature: float, top_p: float = 1.0, seed: int | None = None,
                        stop_token_ids: list[int] | None = None) -> SampledTurn:
-        async def sample() -> SampledTurn:
-            return await self.policy.complete(
-                model, prompt_ids, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                seed=seed, stop_token_ids=stop_token_ids)
+        return await self.complete_on(
+            self.pool.pick(), model, prompt_ids, max_tokens=max_tokens,
+            temperature=temperature, top_p=top_p, seed=seed, stop_token_ids=stop_token_ids)
 
-        loads_seen = self._loads
-        try:
-            return await sample()
-        except PolicyError as exc:
-            lost = (exc.status == 404 and self.latest is not None
-                    and model == self.config.served_adapter)
-            if not lost:
-                raise
-        await self._republish(loads_seen)
-        return await sample()
+    def for_group(self) -> GroupSampler:
+        return GroupSampler(self)
+
+
+class GroupSampler:
+    """One group's sampler: every rollout of the group on one replica (its shared prefix is
+    cached there), moved to another only when that one is left out."""
+
+    def __init__(self, publisher: AdapterPublisher) -> None:
+        self.publisher = publisher
+        self.pool = publisher.pool
+        self.replica = self.pool.pick()
+        self.replica.groups += 1
+
+    def _current(self) -> Replica:
+        if not self.pool.is_up(self.replica) and self.pool.up():
+            self.replica.groups -= 1
+            self.replica = self.pool.pick()
+            self.replica.groups += 1
+        return self.replica
+
+    async def complete(self, model: str, prompt_ids: list[int], **kwargs) -> SampledTurn:
+        return await self.publisher.complete_on(self._current(), model, prompt_ids, **kwargs)
+
+    def release(self) -> None:
+        self.replica.groups -= 1
 
 
 @asynccontextmanager
-async def engine_asleep(policy: PolicyClient, enabled: bool) -> AsyncIterator[None]:
-    """Free the engine's GPU memory (weights and KV cache) while the trainer needs it."""
+async def engine_asleep(pool: EnginePool | PolicyClient, enabled: bool) -> AsyncIterator[None]:
+    """Free the engines' GPU memory (weights and KV cache) while the trainer needs it."""
 
     if not enabled:
         yield
         return
-    await policy.sleep(level=1)
+    clients = [r.client for r in pool.replicas] if isinstance(pool, EnginePool) else [pool]
+    await asyncio.gather(*(c.sleep(level=1) for c in clients))
     try:
         yield
     finally:
-        await policy.wake_up()
+        await asyncio.gather(*(c.wake_up() for c in clients))

@@ -28,14 +28,14 @@ from mcprl_trainer.checkpoint import (
     save_checkpoint,
 )
 from mcprl_trainer.config import RunConfig, save_config
+from mcprl_trainer.distributed import DistContext
+from mcprl_trainer.engines import EnginePool
 from mcprl_trainer.evaluate import evaluate
 from mcprl_trainer.groups import GroupRunner, McpTarget, ScoredGroup
-from mcprl_trainer.grpo import GRPOUpdater
 from mcprl_trainer.html_report import update_report_safely
 from mcprl_trainer.judge_client import JudgeClient
 from mcprl_trainer.metrics import TrainerMetrics
-from mcprl_trainer.modeling import load_policy, load_tokenizer
-from mcprl_trainer.policy import PolicyClient
+from mcprl_trainer.modeling import load_tokenizer
 from mcprl_trainer.publish import AdapterPublisher, engine_asleep
 from mcprl_trainer.records import RolloutResult
 from mcprl_trainer.recovery import RetryWindow
@@ -50,6 +50,7 @@ from mcprl_trainer.run_files import (
 )
 from mcprl_trainer.scenarios import ScenarioSplits, load_scenarios, step_scenarios
 from mcprl_trainer.status import RunStatus, start_status_server
+from mcprl_trainer.update_group import UpdateGroup
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,10 @@ def step_line(step: int, total: int, m: dict[str, float]) -> str:
 class Trainer:
     def __init__(self, config: RunConfig, *, resume: bool = False,
                  stop: threading.Event | None = None, progress: Progress | None = None,
-                 metrics: TrainerMetrics | None = None) -> None:
+                 metrics: TrainerMetrics | None = None,
+                 dist: DistContext | None = None) -> None:
         self.config = config
+        self.group = UpdateGroup(config, dist)  # the policy, on every rank of the trainer group
         self.resume = resume
         self.stop = stop or threading.Event()
         self.progress = progress or NoProgress()
@@ -173,8 +176,7 @@ class Trainer:
                 "served_model": self.current_model}
 
     async def _train_step(self, step: int, runner: GroupRunner, splits: ScenarioSplits,
-                          updater: GRPOUpdater, model: Any,
-                          publisher: AdapterPublisher) -> None:
+                          group: UpdateGroup, publisher: AdapterPublisher) -> None:
         cfg = self.config
         t_step = time.perf_counter()
         scenarios = step_scenarios(splits.train, step, cfg.groups_per_step, cfg.seed)
@@ -195,8 +197,8 @@ class Trainer:
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         t_train = time.perf_counter()
-        async with engine_asleep(publisher.policy, cfg.sleep_engine_during_train):
-            m.update(updater.step(step_batch.samples))
+        async with engine_asleep(publisher.pool, cfg.sleep_engine_during_train):
+            m.update(group.step(step_batch.samples))
         m["train_seconds"] = time.perf_counter() - t_train
         if torch.cuda.is_available():
             m["gpu_memory_bytes"] = float(torch.cuda.max_memory_allocated())
@@ -210,7 +212,7 @@ class Trainer:
         self.status.update(phase="publish")
         t_pub = time.perf_counter()
         self.history.append(m)
-        ckpt = save_checkpoint(self.run_dir, step, model, updater.state_dict(), self._state())
+        ckpt = save_checkpoint(self.run_dir, step, group, group.trainer_state(), self._state())
         self.current_model = await publisher.publish(ckpt.path)
         m["publish_seconds"] = time.perf_counter() - t_pub
         m["step_seconds"] = time.perf_counter() - t_step
@@ -223,7 +225,7 @@ class Trainer:
         if self._eval_due(step):
             await self._eval(runner, splits, step)
             # Record the eval in the checkpoint, so a crash before it is redone on resume.
-            save_checkpoint(self.run_dir, step, model, updater.state_dict(), self._state())
+            save_checkpoint(self.run_dir, step, group, group.trainer_state(), self._state())
 
     # -- the run -----------------------------------------------------------------------------
     async def run(self) -> RunOutcome:
@@ -235,13 +237,17 @@ class Trainer:
                                          cfg.status.port)
             self.status.update(status_url=server.url)
         self.metrics.total_steps.set(cfg.steps)
-        policy = PolicyClient(cfg.policy.base_url, api_key=cfg.policy.api_key.get_secret_value(),
-                              timeout_s=cfg.policy.timeout_s, max_retries=cfg.policy.max_retries)
+        pool = EnginePool.from_urls(
+            cfg.policy.engine_urls, api_key=cfg.policy.api_key.get_secret_value(),
+            timeout_s=cfg.policy.timeout_s, max_retries=cfg.policy.max_retries,
+            backoff_s=cfg.policy.replica_backoff_s,
+            backoff_max_s=cfg.policy.replica_backoff_max_s)
+        self.metrics.watch_engines(pool)
         judge = JudgeClient(cfg.judge.url, timeout_s=cfg.judge.timeout_s, rubric=cfg.judge.rubric,
                             judge_model=cfg.judge.judge_model)
         retry = RetryWindow(window_s=cfg.retry.window_s, backoff_max_s=cfg.retry.backoff_max_s)
         publisher = AdapterPublisher(
-            policy, cfg, retry,
+            pool, cfg, retry,
             on_retry=lambda _: self.metrics.service_retries.labels("engine").inc(),
             on_republish=self.metrics.adapter_republished.inc)
         stopped = False
@@ -249,14 +255,12 @@ class Trainer:
             self.status.update(phase="loading")
             torch.manual_seed(cfg.seed)
             tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
-            model = load_policy(cfg.model, cfg.lora, cfg.train,
-                                adapter_path=latest.path if latest else None)
-            updater = GRPOUpdater(model, cfg.train, tokenizer.pad_token_id)
+            group = self.group
+            group.load(tokenizer.pad_token_id, latest.path if latest else None,
+                       latest.path if latest else None)
             start = 0
             if latest is not None:
-                trainer_state = load_trainer_state(latest)
-                updater.load_state_dict(trainer_state)
-                restore_rng(trainer_state["rng"])
+                restore_rng(load_trainer_state(latest)["rng"])
                 state = latest.state()
                 self.history = [h for h in state.get("history", []) if h["step"] <= latest.step]
                 self.evals = [e for e in state.get("evals", []) if e["step"] <= latest.step]
@@ -281,19 +285,20 @@ class Trainer:
             if self._eval_due(start) and not any(e["step"] == start for e in self.evals):
                 await self._eval(runner, splits, start)
                 if latest is not None:
-                    save_checkpoint(self.run_dir, start, model, updater.state_dict(),
+                    save_checkpoint(self.run_dir, start, group, group.trainer_state(),
                                     self._state())
             for step in range(start + 1, cfg.steps + 1):
                 if self.stop.is_set():
                     stopped = True
                     break
-                await self._train_step(step, runner, splits, updater, model, publisher)
+                await self._train_step(step, runner, splits, group, publisher)
             self.status.update(phase="stopped" if stopped else "done")
+            group.close()  # the followers return (after a failure torchrun stops them)
         except BaseException as exc:
             self.status.update(phase="failed", error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            await policy.aclose()
+            await pool.aclose()
             await judge.aclose()
             if server is not None:
                 server.stop()

@@ -14,7 +14,9 @@ number of ranks (or with one); the full adapter is also written in peft's format
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,15 @@ def trainable_only(model: Any, state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in state.items() if k in names}
 
 
+def _quiet_single_process():
+    """dcp warns that it runs without a process group: one process is a case we mean."""
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    return stack
+
+
 def save_sharded(model: Any, optimizer: torch.optim.Optimizer, path: Path) -> None:
     """The LoRA and its optimizer state with dcp (collective; each rank writes its shards)."""
 
@@ -52,8 +63,9 @@ def save_sharded(model: Any, optimizer: torch.optim.Optimizer, path: Path) -> No
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_state_options())
-    dcp.save({"model": trainable_only(model, model_sd), "optim": optim_sd},
-             checkpoint_id=str(path))
+    with _quiet_single_process():
+        dcp.save({"model": trainable_only(model, model_sd), "optim": optim_sd},
+                 checkpoint_id=str(path))
 
 
 def load_sharded(model: Any, optimizer: torch.optim.Optimizer, path: Path) -> None:
@@ -67,7 +79,8 @@ def load_sharded(model: Any, optimizer: torch.optim.Optimizer, path: Path) -> No
 
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_state_options())
     state = {"model": trainable_only(model, model_sd), "optim": optim_sd}
-    dcp.load(state, checkpoint_id=str(path))
+    with _quiet_single_process():
+        dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"], options=_state_options(strict=False))
 
