@@ -119,6 +119,18 @@ def _env(service: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in env.items()}
 
 
+def with_replicas(compose: dict[str, Any]) -> dict[str, Any]:
+    """compose.yaml + compose.replicas.yaml, its ``extends`` resolved as compose does."""
+
+    over = load("compose.replicas.yaml")
+    for svc in over["services"].values():
+        ext = svc.pop("extends", None)
+        if ext is not None:
+            base = load(ext["file"])["services"][ext["service"]]
+            svc.update(merge(copy.deepcopy(base), dict(svc)))
+    return merge(copy.deepcopy(compose), over)
+
+
 # -- the schema ------------------------------------------------------------------------------
 
 def test_compose_yaml_is_valid_compose_spec() -> None:
@@ -126,6 +138,25 @@ def test_compose_yaml_is_valid_compose_spec() -> None:
     res = subprocess.run([str(cli), "--builtin-schema", "vendor.compose-spec",
                           str(REPO / "compose.yaml")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_replicas_override_is_valid_and_spreads_rollouts(compose: dict[str, Any]) -> None:
+    """The second engine: its own GPU and host port, the trainer's URLs name both."""
+
+    merged = with_replicas(compose)
+    schema = _schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert [e.message for e in validator.iter_errors(merged)] == []
+    one, two = merged["services"]["inference"], merged["services"]["inference-2"]
+    assert two["command"] == one["command"] and two["volumes"] == one["volumes"]
+    assert [_default(p) for p in two["ports"]] == ["127.0.0.1:8001:8000"]
+    gpu = two["deploy"]["resources"]["reservations"]["devices"]
+    assert [_default(g) for d in gpu for g in d["device_ids"]] == ["1"]
+    trainer = merged["services"]["trainer"]
+    urls = _default(_env(trainer)["POLICY_BASE_URLS"]).split(",")
+    assert urls == ["http://inference:8000/v1", "http://inference-2:8000/v1"]
+    assert trainer["depends_on"]["inference-2"] == {"condition": "service_healthy"}
+    assert "POLICY_BASE_URL" in _env(trainer)  # the single-engine name still works
 
 
 def test_cpu_override_merged_is_valid_compose_spec(compose_cpu: dict[str, Any]) -> None:
@@ -246,7 +277,7 @@ def test_named_volumes_for_state(compose: dict[str, Any]) -> None:
 
 
 def test_images_pinned_and_no_required_secrets(compose: dict[str, Any]) -> None:
-    for path in ("compose.yaml", "compose.cpu.yaml"):
+    for path in ("compose.yaml", "compose.cpu.yaml", "compose.replicas.yaml"):
         assert ":?" not in (REPO / path).read_text(), f"{path}: a variable is made required"
     for name, svc in compose["services"].items():
         image = _default(svc["image"])
@@ -369,7 +400,7 @@ def test_env_example_lists_every_variable_the_service_reads(service: str) -> Non
 def test_env_example_lists_every_compose_variable() -> None:
     listed = names_in((REPO / ".env.example").read_text())
     used = set()
-    for path in ("compose.yaml", "compose.cpu.yaml"):
+    for path in ("compose.yaml", "compose.cpu.yaml", "compose.replicas.yaml"):
         used |= {m.group(1) for m in _VAR.finditer((REPO / path).read_text())}
     assert used - listed == set()
     assert {n for n, _, _ in COMPOSE_VARS} - used == set(), "COMPOSE_VARS lists unused names"

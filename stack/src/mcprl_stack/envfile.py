@@ -15,6 +15,9 @@ COMPOSE_VARS: list[tuple[str, str, str]] = [
     ("VLLM_IMAGE", "vllm/vllm-openai:v0.17.1", "vLLM OpenAI server image (pinned tag)."),
     ("VLLM_GPU_ID", "0", "GPU (index or UUID) reserved for vLLM."),
     ("TRAIN_GPU_ID", "0", "GPU reserved for the trainer; the same as vLLM's on a one-GPU host."),
+    ("VLLM_GPU_ID_2", "1", "compose.replicas.yaml only: GPU of the second vLLM replica."),
+    ("INFERENCE_PORT_2", "8001", "compose.replicas.yaml only: host port of the second vLLM "
+     "replica."),
     ("VLLM_GPU_MEMORY_UTILIZATION", "0.45",
      "Share of GPU memory vLLM takes; the rest is the trainer's when both share one GPU."),
     ("VLLM_MAX_MODEL_LEN", "16384", "Context length vLLM serves."),
