@@ -101,7 +101,10 @@ def _worker(rank: int, world: int, port: int, spec: ProbeSpec, out: str) -> None
     import torch.distributed as dist
 
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    cuda = str(spec.train.get("device", "auto")).startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     try:
         result = probe(spec, DistContext(rank, world, rank))
         if result is not None:
@@ -111,7 +114,8 @@ def _worker(rank: int, world: int, port: int, spec: ProbeSpec, out: str) -> None
 
 
 def run_probe(spec: ProbeSpec, world_size: int, out_dir: Path) -> dict[str, Any]:
-    """``world_size`` gloo ranks on this machine (spawned), or this process alone for 1."""
+    """``world_size`` ranks on this machine (spawned; nccl with ``train.device`` cuda, one GPU
+    each, else gloo), or this process alone for 1."""
 
     if world_size == 1:
         result = probe(spec, DistContext())
