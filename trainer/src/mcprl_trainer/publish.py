@@ -148,7 +148,7 @@ class AdapterPublisher:
                     self.pool.mark_down(replica, exc)
                 raise
         if lost:
-            log.warning("engine replica lacked the adapter (restarted?): loaded it again",
+            log.warning("engine replica lost the adapter (restarted?): publishing it again",
                         extra={"adapter": self.config.served_adapter, "path": str(latest),
                                "replica": replica.url})
             if self.on_republish is not None:
