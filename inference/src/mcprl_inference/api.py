@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcprl_common.wire.tool_calls import ToolCall
+
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, protected_namespaces=())
@@ -59,17 +61,6 @@ class SamplingFields(_Request):
 
 
 # ---- chat ------------------------------------------------------------------------------------
-class FunctionCall(_Wire):
-    name: str
-    arguments: str
-
-
-class ToolCall(_Wire):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
 class ChatMessage(_Request):
     role: str
     content: str | list[dict[str, Any]] | None = None
