@@ -69,7 +69,14 @@ class _ConnectionCounter:
 
 
 def _streamable_sessions(app: Any) -> int:
-    """Live Streamable HTTP sessions of a FastMCP http_app (0 before startup)."""
+    """Live Streamable HTTP sessions of a FastMCP http_app (0 before startup).
+
+    Reads the SDK session manager's private ``_server_instances``: fastmcp 4.1.6 has no
+    public session count or session-end hook (middleware sees ``on_initialize`` but no end;
+    the per-connection exit stack is reachable only through private attributes), and
+    fastmcp's own shutdown reads the same dict (``fastmcp/server/http.py``). A test fails if
+    the count stops moving (``tests/mcp_server/test_limits_and_metrics.py``).
+    """
 
     for route in getattr(app, "routes", ()):
         endpoint = getattr(route, "endpoint", None)
