@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from mcprl_testing.scenario_gen import wait_finished
+from mcprl_testing.stack import PIPELINE_ENV
 
 from mcprl_common.process import free_port
-from mcprl_scenario_gen.testing import wait_finished
 from mcprl_stack import LocalStack
 from mcprl_stack.config import StackConfig
-from mcprl_stack.testing import PIPELINE_ENV
 
 SERVICES = ("mcp-server", "inference", "scenario-gen", "judge")
 # Secrets the stack is given, so tests/faults/test_secrets.py can look for them everywhere.

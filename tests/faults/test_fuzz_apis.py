@@ -130,9 +130,10 @@ def _report(name: str, seen: dict[str, dict[int, int]], started: float) -> None:
 
 
 def test_fuzz_judge(tmp_path: Path) -> None:
+    from mcprl_testing.judge import instant_provider
+
     from mcprl_judge.app import create_app
     from mcprl_judge.settings import JudgeSettings
-    from mcprl_judge.testing import instant_provider
 
     # A stand-in for a hosted judge model answering at once (RULER on our engine works too,
     # tests/judge/test_engine.py, but at ~10-25 s a group on two CPU cores it would turn
@@ -149,7 +150,7 @@ def test_fuzz_judge(tmp_path: Path) -> None:
 
 
 def test_fuzz_scenario_gen(tmp_path: Path) -> None:
-    from mcprl_mcp_server.testing import serve_mcp
+    from mcprl_mcp_server.loopback import serve_mcp
     from mcprl_scenario_gen.app import create_app
     from mcprl_scenario_gen.settings import Settings
 

@@ -11,8 +11,9 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
+from mcprl_testing.mcp_server import tool_json
 
-from mcprl_mcp_server.testing import serve_mcp, tool_json
+from mcprl_mcp_server.loopback import serve_mcp
 
 pytestmark = pytest.mark.timeout(60)
 INIT = {

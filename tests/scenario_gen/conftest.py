@@ -10,7 +10,7 @@ import pytest
 from fastmcp import FastMCP
 
 from mcprl_common.process import UvicornThread
-from mcprl_mcp_server.testing import serve_mcp
+from mcprl_mcp_server.loopback import serve_mcp
 from mcprl_scenario_gen.settings import Settings
 
 

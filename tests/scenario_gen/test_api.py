@@ -7,13 +7,13 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from mcprl_testing.mcp_server import read_sql
+from mcprl_testing.scenario_gen import wait_finished
 
 from mcprl_common.process import UvicornThread, free_port
 from mcprl_common.settings import UpstreamSettings
-from mcprl_mcp_server.testing import read_sql
 from mcprl_scenario_gen.app import create_app
 from mcprl_scenario_gen.settings import Settings
-from mcprl_scenario_gen.testing import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -129,7 +129,7 @@ def test_unknown_ids_and_splits(api: httpx.Client) -> None:
 
 
 def test_bearer_token_is_passed_to_the_server(settings: Settings, tmp_path) -> None:
-    from mcprl_mcp_server.testing import serve_mcp
+    from mcprl_mcp_server.loopback import serve_mcp
 
     with serve_mcp(tmp_path / "auth", auth_token="t0ken") as (url, _), UvicornThread(
             create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:

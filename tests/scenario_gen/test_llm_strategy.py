@@ -17,13 +17,14 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from mcprl_testing.mcp_server import read_sql
+from mcprl_testing.scenario_gen import wait_finished
 
 from mcprl_common.process import UvicornThread, wait_healthy
 from mcprl_common.settings import UpstreamSettings
 from mcprl_common.wire import Scenario
 from mcprl_inference.app import create_app as create_engine
 from mcprl_inference.settings import InferenceSettings
-from mcprl_mcp_server.testing import read_sql
 from mcprl_scenario_gen.app import create_app
 from mcprl_scenario_gen.mcp_client import McpConnection
 from mcprl_scenario_gen.metrics import GenMetrics
@@ -32,7 +33,6 @@ from mcprl_scenario_gen.settings import Settings
 from mcprl_scenario_gen.store import ScenarioStore
 from mcprl_scenario_gen.strategies import GenerationContext, GenerationParams
 from mcprl_scenario_gen.strategies.llm import LlmStrategy
-from mcprl_scenario_gen.testing import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 MODEL = "tiny-test"

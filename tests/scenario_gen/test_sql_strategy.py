@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from mcprl_testing.mcp_server import read_sql
 
-from mcprl_mcp_server.testing import read_sql
 from mcprl_scenario_gen.pipeline import new_manifest, run_generation
 from mcprl_scenario_gen.split import leaks
 from mcprl_scenario_gen.store import ScenarioStore

@@ -88,8 +88,8 @@ def _generate_set(url: str, mcp_url: str) -> str:
 def stack(tmp_path_factory: pytest.TempPathFactory, tiny_test_model: Path) -> Iterator[Stack]:
     from mcprl_inference.app import create_app as engine_app
     from mcprl_inference.settings import InferenceSettings
-    from mcprl_judge.testing import serve_judge
-    from mcprl_mcp_server.testing import serve_mcp
+    from mcprl_judge.loopback import serve_judge
+    from mcprl_mcp_server.loopback import serve_mcp
     from mcprl_scenario_gen.app import create_app as scenario_gen_app
     from mcprl_scenario_gen.settings import Settings as ScenarioGenSettings
 
