@@ -24,7 +24,7 @@ from mcprl_testing.stack import PIPELINE_ENV
 
 from mcprl_common.process import free_port
 from mcprl_stack import LocalStack
-from mcprl_stack.config import StackConfig
+from mcprl_stack.config import StackSettings
 
 SERVICES = ("mcp-server", "inference", "scenario-gen", "judge")
 # Secrets the stack is given, so tests/faults/test_secrets.py can look for them everywhere.
@@ -91,7 +91,7 @@ def stack_secrets() -> dict[str, str]:
 def fault_stack(tmp_path_factory: pytest.TempPathFactory, tiny_test_model: Path
                 ) -> Iterator[FaultStack]:
     runs = tmp_path_factory.mktemp("faults")
-    config = StackConfig(
+    config = StackSettings(
         services=list(SERVICES), ports=dict.fromkeys(SERVICES, 0), model=str(tiny_test_model),
         runs_dir=runs, inherit_env=False, health_timeout_s=120, stop_timeout_s=10,
         env={**PIPELINE_ENV, "MCP_AUTH_TOKEN": MCP_TOKEN, "JUDGE_API_KEY": JUDGE_KEY,

@@ -197,10 +197,10 @@ def test_scenario_set_writes_on_a_full_or_read_only_volume(volume, tmp_path) -> 
 
     from mcprl_mcp_server.loopback import serve_mcp
     from mcprl_scenario_gen.app import create_app
-    from mcprl_scenario_gen.settings import Settings
+    from mcprl_scenario_gen.settings import ScenarioGenSettings
 
     vol = volume("sets", "4m")
-    with serve_mcp(tmp_path / "mcp") as (mcp_url, _), UvicornThread(create_app(Settings(
+    with serve_mcp(tmp_path / "mcp") as (mcp_url, _), UvicornThread(create_app(ScenarioGenSettings(
             data_dir=vol.path, checkpoint_every_s=0.0))) as server, \
             httpx.Client(base_url=server.url, timeout=30) as client:
         request = {"mcp_url": mcp_url, "strategy": "sql", "n": 24, "seed": 0}

@@ -152,7 +152,7 @@ def test_fuzz_judge(tmp_path: Path) -> None:
 def test_fuzz_scenario_gen(tmp_path: Path) -> None:
     from mcprl_mcp_server.loopback import serve_mcp
     from mcprl_scenario_gen.app import create_app
-    from mcprl_scenario_gen.settings import Settings
+    from mcprl_scenario_gen.settings import ScenarioGenSettings
 
     with serve_mcp(tmp_path / "mcp") as (mcp_url, _db):
         def loopback_only(case: Any) -> None:
@@ -161,8 +161,9 @@ def test_fuzz_scenario_gen(tmp_path: Path) -> None:
             if isinstance(case.body, dict) and isinstance(case.body.get("mcp_url"), str):
                 case.body["mcp_url"] = mcp_url
 
-        settings = Settings(data_dir=tmp_path / "sets", max_scenarios=20, max_queued_jobs=4,
-                            checkpoint_every_s=0.0, mcp_connect_timeout_s=5, mcp_timeout_s=5)
+        settings = ScenarioGenSettings(data_dir=tmp_path / "sets", max_scenarios=20,
+                                       max_queued_jobs=4, checkpoint_every_s=0.0,
+                                       mcp_connect_timeout_s=5, mcp_timeout_s=5)
         started = time.perf_counter()
         with _served(create_app(settings)) as url:
             seen = fuzz(url, rewrite=loopback_only)

@@ -23,7 +23,7 @@ from mcprl_common.wire import GroundTruth, Scenario
 from mcprl_judge.answers import normalise
 from mcprl_mcp_server.loopback import serve_mcp
 from mcprl_scenario_gen.app import create_app as create_scenario_app
-from mcprl_scenario_gen.settings import Settings as ScenarioSettings
+from mcprl_scenario_gen.settings import ScenarioGenSettings as ScenarioSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -91,7 +91,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tiny_test_model: Path) -> It
     from mcprl_judge.loopback import serve_judge
     from mcprl_mcp_server.loopback import serve_mcp
     from mcprl_scenario_gen.app import create_app as scenario_gen_app
-    from mcprl_scenario_gen.settings import Settings as ScenarioGenSettings
+    from mcprl_scenario_gen.settings import ScenarioGenSettings
 
     root = tmp_path_factory.mktemp("stack")
     base = str(tiny_test_model)

@@ -1,8 +1,15 @@
 """Settings base classes shared by every service.
 
-Each service defines one ``Settings`` class with its own env prefix (``MCP_``,
-``INFERENCE_``, ``JUDGE_``, ...) that inherits the fields below, so host, port and
-logging are configured the same way everywhere.
+Each service defines one ``<Service>Settings`` class (``McpServerSettings``,
+``InferenceSettings``, ``JudgeSettings``, ``ScenarioGenSettings``, ``InventorySettings``,
+``StackSettings``) with its own env prefix (``MCP_``, ``INFERENCE_``, ``JUDGE_``, ...) that
+inherits the fields below, so host, port and logging are configured the same way everywhere.
+
+Names: ``*Settings`` is read from the environment (pydantic-settings); ``*Config`` is a model
+of a config file (the trainer's run YAML ``RunConfig`` and its sections, the demo's YAML) or a
+wire object (``RewardConfig``). Plain parameter holders that are neither (the trainer's
+``RolloutSettings``, ``LossSettings``, ``LoraSettings``, the demo's ``SftSettings``) predate
+this and are still to be renamed.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from mcprl_mcp_server.auth import BearerTokenVerifier
 from mcprl_mcp_server.db.readonly import Limits, ReadOnlyDatabase
 from mcprl_mcp_server.db.seed import ensure_database
 from mcprl_mcp_server.metrics import McpMetrics, ToolMetricsMiddleware
-from mcprl_mcp_server.settings import Settings
+from mcprl_mcp_server.settings import McpServerSettings
 from mcprl_mcp_server.tools import CompanyTools
 
 SERVICE = "mcp-server"
@@ -87,7 +87,7 @@ def _streamable_sessions(app: Any) -> int:
     return 0
 
 
-def build_mcp(settings: Settings, db: ReadOnlyDatabase, metrics: McpMetrics) -> FastMCP:
+def build_mcp(settings: McpServerSettings, db: ReadOnlyDatabase, metrics: McpMetrics) -> FastMCP:
     """The FastMCP server with its tools, metrics middleware and optional bearer auth."""
 
     token = settings.auth_token.get_secret_value() if settings.auth_token else None
@@ -103,10 +103,10 @@ def build_mcp(settings: Settings, db: ReadOnlyDatabase, metrics: McpMetrics) -> 
     return mcp
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: McpServerSettings | None = None) -> FastAPI:
     """Build the server for ``settings`` (the environment when omitted)."""
 
-    settings = settings or Settings()
+    settings = settings or McpServerSettings()
     limits = Limits(
         timeout_s=settings.query_timeout_s,
         max_rows=settings.max_rows,

@@ -20,7 +20,7 @@ from typing import Any
 from mcprl_common.process import UvicornThread, wait_healthy
 from mcprl_mcp_server.app import create_app
 from mcprl_mcp_server.db.seed import ensure_database
-from mcprl_mcp_server.settings import Settings
+from mcprl_mcp_server.settings import McpServerSettings
 
 
 @contextlib.contextmanager
@@ -29,13 +29,13 @@ def serve_mcp(
 ) -> Iterator[tuple[str, Path]]:
     """Serve a fresh database under ``tmp_path``; yield (``http://127.0.0.1:PORT/mcp``, db path).
 
-    Extra keyword arguments are :class:`~mcprl_mcp_server.settings.Settings` fields, e.g.
+    Extra keyword arguments are :class:`~mcprl_mcp_server.settings.McpServerSettings` fields, e.g.
     ``query_timeout_s=0.5`` or ``auth_token="secret"``.
     """
 
     db_path = Path(tmp_path) / f"company-{preset}-{seed}.db"
     ensure_database(db_path, preset, seed)
-    config = Settings(
+    config = McpServerSettings(
         host="127.0.0.1", port=0, db_path=db_path, db_preset=preset, db_seed=seed, **settings
     )
     server = UvicornThread(create_app(config), host="127.0.0.1")

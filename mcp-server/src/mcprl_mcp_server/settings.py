@@ -1,4 +1,4 @@
-"""Settings of the company-db MCP server, read from ``MCP_*`` environment variables."""
+"""McpServerSettings of the company-db MCP server, read from ``MCP_*`` environment variables."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from mcprl_common.settings import CsvList, OptionalSecret, ServiceSettings
 Preset = Literal["default", "tutorial"]
 
 
-class Settings(ServiceSettings):
-    """One place for every knob; ``Settings()`` reads the environment, tests pass values."""
+class McpServerSettings(ServiceSettings):
+    """One place for every knob; ``McpServerSettings()`` reads the environment, tests pass
+    values."""
 
     model_config = SettingsConfigDict(
         env_prefix="MCP_", extra="ignore", env_file=None, populate_by_name=True

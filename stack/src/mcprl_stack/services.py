@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mcprl_stack.config import StackConfig
+    from mcprl_stack.config import StackSettings
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def start_order(names: list[str] | tuple[str, ...]) -> list[list[str]]:
     return levels
 
 
-def service_env(name: str, config: StackConfig, urls: dict[str, str], data_dir: Path,
+def service_env(name: str, config: StackSettings, urls: dict[str, str], data_dir: Path,
                 served_model: str | None) -> dict[str, str]:
     """The stack's defaults for one service (the user's environment may override them)."""
 

@@ -1,4 +1,4 @@
-"""Settings of the inventory example server (env prefix ``INVENTORY_``)."""
+"""InventorySettings of the inventory example server (env prefix ``INVENTORY_``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 from mcprl_common.settings import CsvList, OptionalSecret, ServiceSettings
 
 
-class Settings(ServiceSettings):
+class InventorySettings(ServiceSettings):
     """Everything the inventory server reads from the environment."""
 
     model_config = SettingsConfigDict(env_prefix="INVENTORY_", extra="ignore")
