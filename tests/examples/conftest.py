@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mcprl_testing.stack import shared_stack
 
 from mcprl_stack import LocalStack
+from mcprl_testing.stack import shared_stack
 
 
 @pytest.fixture(scope="session")

@@ -193,11 +193,10 @@ def _files_are_whole(root: Path) -> None:
 
 
 def test_scenario_set_writes_on_a_full_or_read_only_volume(volume, tmp_path) -> None:
-    from mcprl_testing.scenario_gen import wait_finished
-
     from mcprl_mcp_server.loopback import serve_mcp
     from mcprl_scenario_gen.app import create_app
     from mcprl_scenario_gen.settings import ScenarioGenSettings
+    from mcprl_testing.scenario_gen import wait_finished
 
     vol = volume("sets", "4m")
     with serve_mcp(tmp_path / "mcp") as (mcp_url, _), UvicornThread(create_app(ScenarioGenSettings(
@@ -244,10 +243,9 @@ def _cache_failures(url: str) -> float:
 
 
 def test_judge_cache_on_a_full_or_read_only_volume(volume, caplog) -> None:
-    from mcprl_testing.judge import instant_provider
-
     from mcprl_judge.loopback import serve_judge
     from mcprl_judge.settings import JudgeSettings
+    from mcprl_testing.judge import instant_provider
 
     vol = volume("cache", "2m")
     with instant_provider() as upstream:

@@ -130,10 +130,9 @@ def _report(name: str, seen: dict[str, dict[int, int]], started: float) -> None:
 
 
 def test_fuzz_judge(tmp_path: Path) -> None:
-    from mcprl_testing.judge import instant_provider
-
     from mcprl_judge.app import create_app
     from mcprl_judge.settings import JudgeSettings
+    from mcprl_testing.judge import instant_provider
 
     # A stand-in for a hosted judge model answering at once (RULER on our engine works too,
     # tests/judge/test_engine.py, but at ~10-25 s a group on two CPU cores it would turn

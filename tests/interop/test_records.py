@@ -12,7 +12,6 @@ import json
 
 import art
 import torch
-from mcprl_testing.judge import sql_trajectory
 from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 
@@ -26,6 +25,7 @@ from mcprl_art.records import (
 )
 from mcprl_art.shapes import from_wire_trajectory
 from mcprl_common.wire import Scenario
+from mcprl_testing.judge import sql_trajectory
 from mcprl_trainer.batch import build_step_batch
 from mcprl_trainer.config import LoraSettings, TrainConfig
 from mcprl_trainer.groups import GroupBatch, ScoredGroup

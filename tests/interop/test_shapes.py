@@ -9,7 +9,6 @@ pytest.importorskip("mcprl_art", reason="the ART extra is not installed (make se
 
 import art
 import httpx
-from mcprl_testing.judge import sql_trajectory
 from openai.types.chat.chat_completion import Choice
 
 from mcprl_art.shapes import (
@@ -22,6 +21,7 @@ from mcprl_art.shapes import (
     to_wire_trajectory,
 )
 from mcprl_common.wire import GroundTruth, RewardConfig, Scenario, ScoreGroupResponse
+from mcprl_testing.judge import sql_trajectory
 
 pytestmark = pytest.mark.timeout(120)
 TASK = "How many employees work in Engineering?"

@@ -20,12 +20,12 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from mcprl_testing.judge import sql_trajectory
 
 from mcprl_common.process import UvicornThread
 from mcprl_common.wire import GroundTruth, Scenario
 from mcprl_judge.loopback import serve_judge
 from mcprl_judge.settings import JudgeSettings
+from mcprl_testing.judge import sql_trajectory
 
 Reply = dict[str, Any]  # {"status": int, "content": str, "headers": {...}, "body": {...}}
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from mcprl_testing.judge import sql_trajectory
 
 from mcprl_judge.judge_output import (
     JudgeOutputError,
@@ -14,6 +13,7 @@ from mcprl_judge.judge_output import (
     response_schema,
 )
 from mcprl_judge.ruler import DEFAULT_RUBRIC, build_prompt, common_prefix_len
+from mcprl_testing.judge import sql_trajectory
 
 TASK = "How many projects are active?"
 Q = ("SELECT COUNT(*) FROM projects WHERE status='active'", '{"row_count": 1, "results": [4]}')

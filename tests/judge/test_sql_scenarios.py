@@ -13,9 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from mcprl_testing.judge import sql_trajectory
-from mcprl_testing.mcp_server import read_sql
-from mcprl_testing.scenario_gen import wait_finished
 
 from mcprl_common.process import UvicornThread, free_port
 from mcprl_common.settings import UpstreamSettings
@@ -24,6 +21,9 @@ from mcprl_judge.answers import normalise
 from mcprl_mcp_server.loopback import serve_mcp
 from mcprl_scenario_gen.app import create_app as create_scenario_app
 from mcprl_scenario_gen.settings import ScenarioGenSettings as ScenarioSettings
+from mcprl_testing.judge import sql_trajectory
+from mcprl_testing.mcp_server import read_sql
+from mcprl_testing.scenario_gen import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from fastmcp import Client
-from mcprl_testing.mcp_server import tool_json
 
 from mcprl_common.process import ServiceProcess, free_port
 from mcprl_mcp_server.settings import McpServerSettings
+from mcprl_testing.mcp_server import tool_json
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -16,6 +16,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from fastmcp import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from mcprl_testing.mcp_server import file_sha256, read_sql, tool_error
 
 pytestmark = pytest.mark.timeout(90)

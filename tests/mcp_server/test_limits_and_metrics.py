@@ -10,9 +10,9 @@ import anyio
 import httpx
 import pytest
 from fastmcp import Client
-from mcprl_testing.mcp_server import tool_error, tool_json
 
 from mcprl_mcp_server.db.readonly import Limits, QueryError, ReadOnlyDatabase
+from mcprl_testing.mcp_server import tool_error, tool_json
 
 pytestmark = pytest.mark.timeout(60)
 RUNAWAY = [

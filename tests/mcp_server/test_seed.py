@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from fastmcp import Client
-from mcprl_testing.mcp_server import file_sha256, read_sql, tool_json
 
 from mcprl_mcp_server.db.schema import check_constraints
 from mcprl_mcp_server.db.seed import ensure_database, generate, preset_data, write_database
 from mcprl_mcp_server.loopback import serve_mcp
+from mcprl_testing.mcp_server import file_sha256, read_sql, tool_json
 
 pytestmark = pytest.mark.timeout(60)
 

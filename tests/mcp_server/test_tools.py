@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastmcp import Client
+
 from mcprl_testing.mcp_server import read_sql, tool_error, tool_json
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,13 +7,13 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from mcprl_testing.mcp_server import read_sql
-from mcprl_testing.scenario_gen import wait_finished
 
 from mcprl_common.process import UvicornThread, free_port
 from mcprl_common.settings import UpstreamSettings
 from mcprl_scenario_gen.app import create_app
 from mcprl_scenario_gen.settings import ScenarioGenSettings
+from mcprl_testing.mcp_server import read_sql
+from mcprl_testing.scenario_gen import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

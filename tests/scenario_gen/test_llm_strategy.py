@@ -17,8 +17,6 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from mcprl_testing.mcp_server import read_sql
-from mcprl_testing.scenario_gen import wait_finished
 
 from mcprl_common.process import UvicornThread, wait_healthy
 from mcprl_common.settings import UpstreamSettings
@@ -33,6 +31,8 @@ from mcprl_scenario_gen.settings import ScenarioGenSettings
 from mcprl_scenario_gen.store import ScenarioStore
 from mcprl_scenario_gen.strategies import GenerationContext, GenerationParams
 from mcprl_scenario_gen.strategies.llm import LlmStrategy
+from mcprl_testing.mcp_server import read_sql
+from mcprl_testing.scenario_gen import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 MODEL = "tiny-test"

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from mcprl_testing.html_report import synthetic_run
 
+from mcprl_testing.html_report import synthetic_run
 from mcprl_trainer.cli import main
 from mcprl_trainer.html_report import REPORT_NAME, rebuild_report, update_report
 from mcprl_trainer.html_report.data import DATA_DIR

@@ -132,13 +132,21 @@ class UsageInfo(_Wire):
     total_tokens: int = 0
 
 
-class ChatCompletionResponse(_Wire):
+class _Response(_Wire):
+    """What both completion responses carry, in vLLM's field order (subclasses narrow
+    ``object`` and ``choices`` in place)."""
+
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: str
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
-    choices: list[ChatChoice]
+    choices: list[Any]
     usage: UsageInfo
+
+
+class ChatCompletionResponse(_Response):
+    object: Literal["chat.completion"] = "chat.completion"
+    choices: list[ChatChoice]
     prompt_logprobs: None = None
     prompt_token_ids: list[int] | None = None
 
@@ -170,13 +178,9 @@ class CompletionChoice(_Wire):
     token_ids: list[int] | None = None
 
 
-class CompletionResponse(_Wire):
-    id: str
+class CompletionResponse(_Response):
     object: Literal["text_completion"] = "text_completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
     choices: list[CompletionChoice]
-    usage: UsageInfo
 
 
 # ---- models, LoRA, sleep ---------------------------------------------------------------------

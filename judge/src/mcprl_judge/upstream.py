@@ -18,7 +18,7 @@ from typing import Any
 import openai
 
 from mcprl_common.errors import BadRequestError, UpstreamError, UpstreamUnavailableError
-from mcprl_common.http import RETRY_STATUS, RetryPolicy, openai_client
+from mcprl_common.http import RETRY_STATUS, openai_client
 from mcprl_common.logging import redact
 from mcprl_common.retry import retry_call
 from mcprl_common.wire import Usage
@@ -64,8 +64,7 @@ class JudgeUpstream:
         # The SDK's own retries are off: ours count failures and honour our backoff caps.
         self._client = openai_client(settings, max_retries=0)
         self._secret = settings.api_key.get_secret_value()
-        self._policy = RetryPolicy(settings.max_retries, settings.backoff_initial_s,
-                                   settings.backoff_max_s)
+        self._policy = settings.retry_policy()
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
 
     async def aclose(self) -> None:

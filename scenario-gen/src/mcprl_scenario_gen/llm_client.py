@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 
-from mcprl_common.http import RetryPolicy, openai_call, openai_client
+from mcprl_common.http import openai_call, openai_client
 from mcprl_common.settings import UpstreamSettings
 from mcprl_scenario_gen.errors import LlmOutputError, LlmUnavailableError
 from mcprl_scenario_gen.extract import ExtractionError, ParsedBatch, batch_json_schema, parse_batch
@@ -65,7 +65,7 @@ class GeneratorLLM:
         self.upstream = upstream
         # The SDK's own retries are off: the common policy retries (and logs) each attempt.
         self.client = openai_client(upstream, max_retries=0)
-        self.retry = RetryPolicy(max_retries=upstream.max_retries, backoff_initial_s=0.5)
+        self.retry = upstream.retry_policy()
         self.model = model or upstream.model
         self.mode = mode
         self.max_repairs = max_repairs
