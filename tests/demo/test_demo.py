@@ -13,7 +13,7 @@ from rich.console import Console
 
 from mcprl_demo.cli import main
 from mcprl_demo.config import load_demo_config
-from mcprl_demo.display import results_table
+from mcprl_demo.display import results_table, wilson_interval
 from mcprl_demo.runner import DemoRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -81,6 +81,8 @@ def test_short_demo_end_to_end(checkpoint: Path, tmp_path: Path, monkeypatch) ->
     console.print(results_table(outcome))
     table = console.export_text()
     assert "T=1, 2 samples per scenario" in table and "val rollouts" in table
+    lo, hi = wilson_interval(after["success_rate"], after["n"])
+    assert f"{after['success_rate']:.1%} [{lo:.1%}, {hi:.1%}]" in table  # 6 rollouts: wide
 
     # Everything the demo started is gone: processes, process groups, ports.
     assert len(outcome.pids) == 5  # four services + the trainer

@@ -10,6 +10,8 @@ from rich.table import Table
 
 from mcprl_demo.runner import DemoOutcome, Events
 
+# Rates shown with a 95% interval: (rate key, the count it is a share of).
+RATE_DENOMINATORS = {"success_rate": "n", "tool_error_rate": "tool_calls"}
 ROWS = (
     ("success rate", "success_rate", "{:.1%}"),
     ("mean reward", "mean_reward", "{:.3f}"),
@@ -75,14 +77,29 @@ class RichEvents(Events):
             self.progress.stop()
 
 
+def wilson_interval(rate: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (sound at 0 and 1, unlike rate +- 2 SE)."""
+
+    if n <= 0:
+        return 0.0, 1.0
+    centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((rate * (1 - rate) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def _cell(row: dict[str, Any] | None, key: str, fmt: str) -> str:
     if not row or row.get(key) is None:
         return "-"
     value = row[key]
     try:
-        return fmt.format(int(value) if fmt.endswith("d}") else float(value))
+        text = fmt.format(int(value) if fmt.endswith("d}") else float(value))
     except (TypeError, ValueError):
         return str(value)
+    total = row.get(RATE_DENOMINATORS.get(key, ""))
+    if isinstance(total, int | float) and total > 0:
+        lo, hi = wilson_interval(float(value), int(total))
+        text += f" [{lo:.1%}, {hi:.1%}]"
+    return text
 
 
 def results_table(outcome: DemoOutcome) -> Table:
@@ -95,7 +112,8 @@ def results_table(outcome: DemoOutcome) -> Table:
     title = (f"mcp-rl demo: {outcome.report.get('steps_done')} GRPO steps, held-out val "
              f"({outcome.strategy} scenarios, {sampling}, judge "
              f"{'RULER' if outcome.hosted else 'verifiable'})")
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left",
+                  caption="rates: [95% Wilson interval]", caption_justify="left")
     table.add_column("metric")
     table.add_column(f"before (step {before['step'] if before else '-'})", justify="right")
     table.add_column(f"after (step {after['step'] if after else '-'})", justify="right")
