@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from mcprl_common.process import UvicornThread, wait_healthy
-from mcprl_testing.trainer import run_config_data
+from mcprl_testing.trainer import merge_sections, run_config_data
 
 
 @pytest.fixture(autouse=True)
@@ -46,10 +46,10 @@ class Stack:
     def run_config(self, tmp_path: Path, **overrides: Any) -> dict[str, Any]:
         """A run config (as YAML data) wired to this stack; overrides merge per section."""
 
-        return run_config_data(tmp_path, model=self.base_model, engine_url=self.engine_url,
+        data = run_config_data(tmp_path, model=self.base_model, engine_url=self.engine_url,
                                mcp_url=self.mcp_url, judge_url=self.judge_url,
-                               scenario_gen_url=self.scenario_gen_url, set_id=self.set_id,
-                               **overrides)
+                               scenario_gen_url=self.scenario_gen_url, set_id=self.set_id)
+        return merge_sections(data, overrides)
 
 
 def _generate_set(url: str, mcp_url: str) -> str:
