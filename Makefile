@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Every package of the repo, installed editable. Service folders join as they appear.
-PACKAGES := $(patsubst %/pyproject.toml,%,$(wildcard common/pyproject.toml */pyproject.toml examples/*/pyproject.toml))
+PACKAGES := $(patsubst %/pyproject.toml,%,$(wildcard common/pyproject.toml */pyproject.toml examples/*/pyproject.toml tests/helpers/pyproject.toml))
 PACKAGES := $(filter-out pyproject.toml,$(sort $(PACKAGES)))
 # torch is pinned apart from the lock: the CPU build here, a CUDA build in GPU images.
 TORCH_PIN ?= torch==2.13.0

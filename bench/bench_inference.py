@@ -2,7 +2,7 @@
 
 CPU (default): the tiny models at batch 1/8/32. ``--engines ours,lora-merged,lora-unmerged``
 adds our engine serving a LoRA adapter, merged into the weights and as peft's LoRA branch.
-GPU (the H200 figures in ../shared/anchors/h200-2026-12-02.md)::
+GPU (the H200 figures in bench/anchors.json)::
 
     python bench/bench_inference.py --device cuda --model-shape qwen2.5-3b
 
@@ -33,11 +33,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "inference" / "src"))
 
 import torch  # noqa: E402
-from model_shapes import QWEN25_3B  # noqa: E402  (bench/, the script's own folder)
+from anchors import anchors  # noqa: E402  (bench/, the script's own folder)
+from model_shapes import QWEN25_3B  # noqa: E402
 
 from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
-H200_COPY_BYTES_PER_S = 4.24e12  # anchors file: device-to-device copy, read + write bytes
+# device-to-device copy, read + write bytes, measured on the anchors' H200
+H200_COPY_BYTES_PER_S = float(anchors()["device_copy_bytes_per_s"])
 
 
 def build_random_qwen(device: torch.device, dtype: torch.dtype, layers: int | None = None) -> Any:

@@ -9,7 +9,7 @@ and a full log-softmax, as a straightforward HF training step computes them.
 CPU (default): ``tiny-wide``, two small layers under Qwen's 151,936-wide vocabulary (random
 weights), where the logits dominate as they do at 3B; ``tiny-learn`` (``make tiny-model``)
 has a 1k vocabulary, so there both steps cost about the same. GPU, the anchors' shape
-(../shared/anchors/h200-2026-12-02.md: LoRA r=8 on all linear layers, AdamW, gradient
+(bench/anchors.json: LoRA r=8 on all linear layers, AdamW, gradient
 checkpointing, bf16 autocast; 14,703 tokens/s at 8 x 4096 there)::
 
     python bench/bench_trainer.py --device cuda --model-shape qwen2.5-3b --batch 8 --seq 4096
@@ -40,7 +40,8 @@ for sub in ("common/src", "inference/src", "trainer/src"):
     sys.path.insert(0, str(REPO / sub))
 
 import torch  # noqa: E402
-from model_shapes import QWEN25_3B  # noqa: E402  (bench/, the script's own folder)
+from anchors import anchors  # noqa: E402  (bench/, the script's own folder)
+from model_shapes import QWEN25_3B  # noqa: E402
 
 from mcprl_trainer.config import LoraSettings, TrainConfig  # noqa: E402
 from mcprl_trainer.grpo import GRPOUpdater, TrainSample, _collate  # noqa: E402
@@ -52,7 +53,7 @@ from mcprl_trainer.modeling import (  # noqa: E402
     token_logprobs,
 )
 
-ANCHOR_TOKENS_PER_S = {"4x2048": 14060, "8x4096": 14703}  # measured plain HF+peft step, H200
+ANCHOR_TOKENS_PER_S = anchors()["lora_step_tokens_per_s"]  # plain HF+peft step, H200
 
 
 def build_base(shape: str, device: torch.device, dtype: torch.dtype):

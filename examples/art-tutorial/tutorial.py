@@ -44,7 +44,7 @@ from mcprl_art.records import scored_group
 from mcprl_art.scenarios import load_art_scenarios, store_art_scenarios
 from mcprl_common.wire import Scenario
 from mcprl_scenario_gen.store import ScenarioStore
-from mcprl_stack.config import StackConfig
+from mcprl_stack.config import StackSettings
 from mcprl_stack.runner import LocalStack, script_command
 from mcprl_trainer.batch import build_step_batch
 from mcprl_trainer.checkpoint import save_checkpoint
@@ -104,7 +104,7 @@ def our_stack(args: argparse.Namespace) -> Any:
                    Path(args.model_path))
         return
     view = long_context_view(Path(args.model_path), args.out / "model")
-    config = StackConfig(
+    config = StackSettings(
         services=["mcp-server", "inference", "judge"], ports=dict.fromkeys(
             ["mcp-server", "inference", "judge"], 0), model=str(view),
         runs_dir=args.out / "stack", inherit_env=False, health_timeout_s=300,

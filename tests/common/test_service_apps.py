@@ -22,16 +22,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 def _mcp_server(tmp: Path, models: Path) -> Any:
     from mcprl_mcp_server.app import create_app
-    from mcprl_mcp_server.settings import Settings
+    from mcprl_mcp_server.settings import McpServerSettings
 
-    return create_app(Settings(db_path=tmp / "company.db", log_json=False))
+    return create_app(McpServerSettings(db_path=tmp / "company.db", log_json=False))
 
 
 def _inventory(tmp: Path, models: Path) -> Any:
     from mcprl_example_inventory.app import create_app
-    from mcprl_example_inventory.settings import Settings
+    from mcprl_example_inventory.settings import InventorySettings
 
-    return create_app(Settings(db_path=tmp / "inventory.db", items=20, movements=50))
+    return create_app(InventorySettings(db_path=tmp / "inventory.db", items=20, movements=50))
 
 
 def _inference(tmp: Path, models: Path) -> Any:
@@ -44,11 +44,11 @@ def _inference(tmp: Path, models: Path) -> Any:
 
 def _scenario_gen(tmp: Path, models: Path) -> Any:
     from mcprl_scenario_gen.app import create_app
-    from mcprl_scenario_gen.settings import Settings
+    from mcprl_scenario_gen.settings import ScenarioGenSettings
 
     generator = UpstreamSettings(base_url=f"http://127.0.0.1:{free_port()}/v1", model="none",
                                  max_retries=0, timeout_s=5)
-    return create_app(Settings(data_dir=tmp / "scenarios"), generator=generator)
+    return create_app(ScenarioGenSettings(data_dir=tmp / "scenarios"), generator=generator)
 
 
 def _judge(tmp: Path, models: Path) -> Any:

@@ -16,11 +16,11 @@ pytestmark = pytest.mark.timeout(60)
 
 # (settings module, class, env prefix, default port) as in the README's configuration table.
 SERVICES = {
-    "mcp-server": ("mcprl_mcp_server.settings", "Settings", "MCP_", 8903),
+    "mcp-server": ("mcprl_mcp_server.settings", "McpServerSettings", "MCP_", 8903),
     "inference": ("mcprl_inference.settings", "InferenceSettings", "INFERENCE_", 8000),
-    "scenario-gen": ("mcprl_scenario_gen.settings", "Settings", "SCENARIO_GEN_", 8910),
+    "scenario-gen": ("mcprl_scenario_gen.settings", "ScenarioGenSettings", "SCENARIO_GEN_", 8910),
     "judge": ("mcprl_judge.settings", "JudgeSettings", "JUDGE_", 8920),
-    "inventory-mcp": ("mcprl_example_inventory.settings", "Settings", "INVENTORY_", 8904),
+    "inventory-mcp": ("mcprl_example_inventory.settings", "InventorySettings", "INVENTORY_", 8904),
 }
 
 
@@ -98,3 +98,17 @@ def test_the_check_finds_an_undocumented_field() -> None:
         inner: Inner | None = None
 
     assert _undocumented(Outer) == ["inner", "inner.documented"]
+
+
+def test_one_settings_class_per_module_named_after_its_service() -> None:
+    """``<Service>Settings``, never a bare ``Settings`` (stack's too; old names are aliases)."""
+
+    import inspect
+
+    modules = {m: name for m, name, _, _ in SERVICES.values()}
+    modules["mcprl_stack.config"] = "StackSettings"
+    for module_name, expected in modules.items():
+        module = importlib.import_module(module_name)
+        own = {obj.__name__ for _, obj in inspect.getmembers(module, inspect.isclass)
+               if issubclass(obj, BaseSettings) and obj.__module__ == module_name}
+        assert own == {expected}, (module_name, own)

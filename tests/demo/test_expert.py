@@ -16,7 +16,8 @@ from transformers import AutoTokenizer
 from mcprl_demo.expert import Demonstration, demonstrate
 from mcprl_demo.scenario_sets import generate_sql_set
 from mcprl_demo.sft_data import assistant_spans, describe_rows
-from mcprl_mcp_server.testing import read_sql, serve_mcp
+from mcprl_mcp_server.loopback import serve_mcp
+from mcprl_testing.mcp_server import read_sql
 from mcprl_trainer.config import DEFAULT_SYSTEM_PROMPT
 from mcprl_trainer.mcp_tools import COMPLETE_TASK
 from mcprl_trainer.rendering import ChatRenderer

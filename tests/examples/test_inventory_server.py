@@ -18,19 +18,19 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcprl_common.process import UvicornThread
 from mcprl_example_inventory.app import create_app
 from mcprl_example_inventory.db import generate
-from mcprl_example_inventory.settings import Settings
+from mcprl_example_inventory.settings import InventorySettings
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _serve(settings: Settings) -> UvicornThread:
+def _serve(settings: InventorySettings) -> UvicornThread:
     return UvicornThread(create_app(settings)).start()
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     db = tmp_path_factory.mktemp("inv") / "inventory.db"
-    srv = _serve(Settings(db_path=db))
+    srv = _serve(InventorySettings(db_path=db))
     try:
         yield f"{srv.url}/mcp", db
     finally:
@@ -136,7 +136,7 @@ def test_bad_calls_are_tool_errors_that_help(server: tuple[str, Path]) -> None:
 
 def test_writes_are_validated_and_atomic(tmp_path: Path) -> None:
     db = tmp_path / "inventory.db"
-    srv = _serve(Settings(db_path=db))
+    srv = _serve(InventorySettings(db_path=db))
     url = f"{srv.url}/mcp"
     try:
         wid, code, sku, have = _sql(db, "SELECT w.id, w.code, s.sku, s.quantity FROM stock s "
@@ -178,7 +178,7 @@ def test_writes_are_validated_and_atomic(tmp_path: Path) -> None:
 
 def test_concurrent_shipments_never_oversell(tmp_path: Path) -> None:
     db = tmp_path / "inventory.db"
-    srv = _serve(Settings(db_path=db))
+    srv = _serve(InventorySettings(db_path=db))
     url = f"{srv.url}/mcp"
     try:
         code, sku, have = _sql(db, "SELECT w.code, s.sku, s.quantity FROM stock s "
@@ -202,7 +202,8 @@ def test_concurrent_shipments_never_oversell(tmp_path: Path) -> None:
 
 
 def test_read_only_mode_and_bearer_token(tmp_path: Path) -> None:
-    srv = _serve(Settings(db_path=tmp_path / "inv.db", allow_writes=False, auth_token="s3cret"))
+    srv = _serve(InventorySettings(db_path=tmp_path / "inv.db", allow_writes=False,
+                                   auth_token="s3cret"))
     url = f"{srv.url}/mcp"
     try:
         assert httpx.post(url, json={}, timeout=5).status_code == 401

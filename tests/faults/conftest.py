@@ -21,10 +21,11 @@ import pytest
 import yaml
 
 from mcprl_common.process import free_port
-from mcprl_scenario_gen.testing import wait_finished
 from mcprl_stack import LocalStack
-from mcprl_stack.config import StackConfig
-from mcprl_stack.testing import PIPELINE_ENV
+from mcprl_stack.config import StackSettings
+from mcprl_testing.scenario_gen import wait_finished
+from mcprl_testing.stack import PIPELINE_ENV
+from mcprl_testing.trainer import merge_sections, run_config_data
 
 SERVICES = ("mcp-server", "inference", "scenario-gen", "judge")
 # Secrets the stack is given, so tests/faults/test_secrets.py can look for them everywhere.
@@ -59,24 +60,15 @@ class FaultStack:
     def run_config(self, tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
         """A small run wired to this stack (verifiable rewards: the judge calls no LLM)."""
 
-        data: dict[str, Any] = {
-            "name": name, "seed": 0, "output_dir": str(tmp_path / "runs"),
-            "model": self.base_model, "steps": 3, "group_size": 4, "groups_per_step": 2,
-            "policy": {"base_url": self.engine_url, "api_key": "EMPTY"},
-            "mcp": {"url": self.mcp_url, "auth_token": MCP_TOKEN},
-            "judge": {"url": self.urls["judge"]},
-            "scenarios": {"url": self.urls["scenario-gen"], "set_id": self.set_id,
-                          "max_train": 4, "max_val": 2},
-            "reward": {"mode": "verifiable"},
-            "rollout": {"max_turns": 3, "max_tokens_per_turn": 32, "max_context": 2048,
-                        "min_tokens_per_turn": 8, "concurrency": 8},
-            "train": {"lr": 1e-3, "device": "cpu"},
-            "eval": {"every": 0},
-            "status": {"enabled": True, "port": free_port()},
-            "retry": {"window_s": 60, "backoff_max_s": 2},
-        }
-        return {**data, **{k: {**data[k], **v} if isinstance(v, dict) and k in data else v
-                           for k, v in overrides.items()}}  # overrides merge per section
+        data = run_config_data(
+            tmp_path, model=self.base_model, engine_url=self.engine_url, mcp_url=self.mcp_url,
+            judge_url=self.urls["judge"], scenario_gen_url=self.urls["scenario-gen"],
+            set_id=self.set_id, name=name, steps=3,
+            policy={"api_key": "EMPTY"}, mcp={"auth_token": MCP_TOKEN},
+            rollout={"max_turns": 3, "max_tokens_per_turn": 32},
+            status={"enabled": True, "port": free_port()},
+            retry={"window_s": 60, "backoff_max_s": 2})
+        return merge_sections(data, overrides)
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +83,7 @@ def stack_secrets() -> dict[str, str]:
 def fault_stack(tmp_path_factory: pytest.TempPathFactory, tiny_test_model: Path
                 ) -> Iterator[FaultStack]:
     runs = tmp_path_factory.mktemp("faults")
-    config = StackConfig(
+    config = StackSettings(
         services=list(SERVICES), ports=dict.fromkeys(SERVICES, 0), model=str(tiny_test_model),
         runs_dir=runs, inherit_env=False, health_timeout_s=120, stop_timeout_s=10,
         env={**PIPELINE_ENV, "MCP_AUTH_TOKEN": MCP_TOKEN, "JUDGE_API_KEY": JUDGE_KEY,

@@ -193,13 +193,13 @@ def _files_are_whole(root: Path) -> None:
 
 
 def test_scenario_set_writes_on_a_full_or_read_only_volume(volume, tmp_path) -> None:
-    from mcprl_mcp_server.testing import serve_mcp
+    from mcprl_mcp_server.loopback import serve_mcp
     from mcprl_scenario_gen.app import create_app
-    from mcprl_scenario_gen.settings import Settings
-    from mcprl_scenario_gen.testing import wait_finished
+    from mcprl_scenario_gen.settings import ScenarioGenSettings
+    from mcprl_testing.scenario_gen import wait_finished
 
     vol = volume("sets", "4m")
-    with serve_mcp(tmp_path / "mcp") as (mcp_url, _), UvicornThread(create_app(Settings(
+    with serve_mcp(tmp_path / "mcp") as (mcp_url, _), UvicornThread(create_app(ScenarioGenSettings(
             data_dir=vol.path, checkpoint_every_s=0.0))) as server, \
             httpx.Client(base_url=server.url, timeout=30) as client:
         request = {"mcp_url": mcp_url, "strategy": "sql", "n": 24, "seed": 0}
@@ -243,8 +243,9 @@ def _cache_failures(url: str) -> float:
 
 
 def test_judge_cache_on_a_full_or_read_only_volume(volume, caplog) -> None:
+    from mcprl_judge.loopback import serve_judge
     from mcprl_judge.settings import JudgeSettings
-    from mcprl_judge.testing import instant_provider, serve_judge
+    from mcprl_testing.judge import instant_provider
 
     vol = volume("cache", "2m")
     with instant_provider() as upstream:

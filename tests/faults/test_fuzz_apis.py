@@ -132,7 +132,7 @@ def _report(name: str, seen: dict[str, dict[int, int]], started: float) -> None:
 def test_fuzz_judge(tmp_path: Path) -> None:
     from mcprl_judge.app import create_app
     from mcprl_judge.settings import JudgeSettings
-    from mcprl_judge.testing import instant_provider
+    from mcprl_testing.judge import instant_provider
 
     # A stand-in for a hosted judge model answering at once (RULER on our engine works too,
     # tests/judge/test_engine.py, but at ~10-25 s a group on two CPU cores it would turn
@@ -149,9 +149,9 @@ def test_fuzz_judge(tmp_path: Path) -> None:
 
 
 def test_fuzz_scenario_gen(tmp_path: Path) -> None:
-    from mcprl_mcp_server.testing import serve_mcp
+    from mcprl_mcp_server.loopback import serve_mcp
     from mcprl_scenario_gen.app import create_app
-    from mcprl_scenario_gen.settings import Settings
+    from mcprl_scenario_gen.settings import ScenarioGenSettings
 
     with serve_mcp(tmp_path / "mcp") as (mcp_url, _db):
         def loopback_only(case: Any) -> None:
@@ -160,8 +160,9 @@ def test_fuzz_scenario_gen(tmp_path: Path) -> None:
             if isinstance(case.body, dict) and isinstance(case.body.get("mcp_url"), str):
                 case.body["mcp_url"] = mcp_url
 
-        settings = Settings(data_dir=tmp_path / "sets", max_scenarios=20, max_queued_jobs=4,
-                            checkpoint_every_s=0.0, mcp_connect_timeout_s=5, mcp_timeout_s=5)
+        settings = ScenarioGenSettings(data_dir=tmp_path / "sets", max_scenarios=20,
+                                       max_queued_jobs=4, checkpoint_every_s=0.0,
+                                       mcp_connect_timeout_s=5, mcp_timeout_s=5)
         started = time.perf_counter()
         with _served(create_app(settings)) as url:
             seen = fuzz(url, rewrite=loopback_only)

@@ -39,7 +39,7 @@ def services(tmp_path_factory: pytest.TempPathFactory, tiny_test_model: Path
     from mcprl_judge.app import create_app as judge_app
     from mcprl_judge.settings import JudgeSettings
     from mcprl_scenario_gen.app import create_app as sg_app
-    from mcprl_scenario_gen.settings import Settings as SgSettings
+    from mcprl_scenario_gen.settings import ScenarioGenSettings as SgSettings
     from mcprl_trainer.metrics import TrainerMetrics
     from mcprl_trainer.status import RunStatus
     from mcprl_trainer.status import create_app as status_app

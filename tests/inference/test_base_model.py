@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from mcprl_common.model_formats import get_model_format
 from mcprl_inference.base_model import (
     MARKER,
     SMOLLM2_135M,
     ChecksumError,
     build,
-    hermes_chat_template,
     verify,
 )
 
@@ -50,7 +50,8 @@ def test_verify_names_a_missing_file(tmp_path: Path) -> None:
 
 
 def test_chat_template_keeps_the_model_default_system_and_hermes_tools() -> None:
-    template = hermes_chat_template(SMOLLM2_135M.default_system)
+    template = get_model_format(SMOLLM2_135M.model_format).chat_template(
+        SMOLLM2_135M.default_system)
     assert SMOLLM2_135M.default_system in template
     assert "<tool_call>" in template and "<tool_response>" in template
 

@@ -54,12 +54,16 @@ def tool_server(fitted_model: Path, serve_factory):
         yield srv
 
 
+def _ask(tool_server, tool_choice: str):
+    resp = tool_server.client.chat.completions.create(
+        model="tool-caller", messages=QUESTION, tools=TOOLS, tool_choice=tool_choice,
+        temperature=0.0, max_tokens=60)
+    return resp.choices[0]
+
+
 @pytest.mark.timeout(180)
 def test_tool_call_is_parsed(tool_server) -> None:
-    resp = tool_server.client.chat.completions.create(
-        model="tool-caller", messages=QUESTION, tools=TOOLS, tool_choice="auto",
-        temperature=0.0, max_tokens=60)
-    choice = resp.choices[0]
+    choice = _ask(tool_server, "auto")
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
     [call] = choice.message.tool_calls
@@ -70,10 +74,7 @@ def test_tool_call_is_parsed(tool_server) -> None:
 
 @pytest.mark.timeout(60)
 def test_tool_choice_none_returns_the_raw_text(tool_server) -> None:
-    resp = tool_server.client.chat.completions.create(
-        model="tool-caller", messages=QUESTION, tools=TOOLS, tool_choice="none",
-        temperature=0.0, max_tokens=60)
-    choice = resp.choices[0]
+    choice = _ask(tool_server, "none")
     assert choice.message.tool_calls == [] and choice.finish_reason == "stop"
     assert choice.message.content.startswith("<tool_call>")
 

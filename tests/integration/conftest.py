@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mcprl_stack import LocalStack
-from mcprl_stack.testing import shared_stack
+from mcprl_testing.stack import shared_stack
 
 
 @pytest.fixture(scope="session")

@@ -34,8 +34,8 @@ def art_stack(tmp_path_factory: pytest.TempPathFactory, tiny_test_model: Path
               ) -> Iterator[ArtStack]:
     from mcprl_inference.app import create_app as engine_app
     from mcprl_inference.settings import InferenceSettings
-    from mcprl_judge.testing import serve_judge
-    from mcprl_mcp_server.testing import serve_mcp
+    from mcprl_judge.loopback import serve_judge
+    from mcprl_mcp_server.loopback import serve_mcp
 
     root = tmp_path_factory.mktemp("art-stack")
     with contextlib.ExitStack() as es:

@@ -25,7 +25,7 @@ from mcprl_art.records import (
 )
 from mcprl_art.shapes import from_wire_trajectory
 from mcprl_common.wire import Scenario
-from mcprl_judge.testing import sql_trajectory
+from mcprl_testing.judge import sql_trajectory
 from mcprl_trainer.batch import build_step_batch
 from mcprl_trainer.config import LoraSettings, TrainConfig
 from mcprl_trainer.groups import GroupBatch, ScoredGroup

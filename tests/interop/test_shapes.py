@@ -21,7 +21,7 @@ from mcprl_art.shapes import (
     to_wire_trajectory,
 )
 from mcprl_common.wire import GroundTruth, RewardConfig, Scenario, ScoreGroupResponse
-from mcprl_judge.testing import sql_trajectory
+from mcprl_testing.judge import sql_trajectory
 
 pytestmark = pytest.mark.timeout(120)
 TASK = "How many employees work in Engineering?"

@@ -23,8 +23,9 @@ from fastapi.responses import JSONResponse
 
 from mcprl_common.process import UvicornThread
 from mcprl_common.wire import GroundTruth, Scenario
+from mcprl_judge.loopback import serve_judge
 from mcprl_judge.settings import JudgeSettings
-from mcprl_judge.testing import serve_judge, sql_trajectory
+from mcprl_testing.judge import sql_trajectory
 
 Reply = dict[str, Any]  # {"status": int, "content": str, "headers": {...}, "body": {...}}
 

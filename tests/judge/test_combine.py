@@ -7,7 +7,7 @@ import pytest
 from mcprl_common.wire import GroundTruth, RewardConfig, Scenario, ScoreGroupRequest
 from mcprl_judge.combine import COMPONENTS, GroupContext, combine
 from mcprl_judge.judge_output import Judgement
-from mcprl_judge.testing import sql_trajectory
+from mcprl_testing.judge import sql_trajectory
 
 TASK = "How many departments are in London?"
 

@@ -13,7 +13,7 @@ from mcprl_judge.judge_output import (
     response_schema,
 )
 from mcprl_judge.ruler import DEFAULT_RUBRIC, build_prompt, common_prefix_len
-from mcprl_judge.testing import sql_trajectory
+from mcprl_testing.judge import sql_trajectory
 
 TASK = "How many projects are active?"
 Q = ("SELECT COUNT(*) FROM projects WHERE status='active'", '{"row_count": 1, "results": [4]}')

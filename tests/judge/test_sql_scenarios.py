@@ -18,11 +18,12 @@ from mcprl_common.process import UvicornThread, free_port
 from mcprl_common.settings import UpstreamSettings
 from mcprl_common.wire import GroundTruth, Scenario
 from mcprl_judge.answers import normalise
-from mcprl_judge.testing import sql_trajectory
-from mcprl_mcp_server.testing import read_sql, serve_mcp
+from mcprl_mcp_server.loopback import serve_mcp
 from mcprl_scenario_gen.app import create_app as create_scenario_app
-from mcprl_scenario_gen.settings import Settings as ScenarioSettings
-from mcprl_scenario_gen.testing import wait_finished
+from mcprl_scenario_gen.settings import ScenarioGenSettings as ScenarioSettings
+from mcprl_testing.judge import sql_trajectory
+from mcprl_testing.mcp_server import read_sql
+from mcprl_testing.scenario_gen import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastmcp import Client
 
-from mcprl_mcp_server.testing import serve_mcp
+from mcprl_mcp_server.loopback import serve_mcp
 
 QUERY_TIMEOUT_S = 0.5
 

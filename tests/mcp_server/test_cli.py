@@ -14,8 +14,8 @@ import pytest
 from fastmcp import Client
 
 from mcprl_common.process import ServiceProcess, free_port
-from mcprl_mcp_server.settings import Settings
-from mcprl_mcp_server.testing import tool_json
+from mcprl_mcp_server.settings import McpServerSettings
+from mcprl_testing.mcp_server import tool_json
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -53,9 +53,9 @@ def test_init_db_flag_and_settings_from_env(
     monkeypatch.setenv("MCP_ALLOWED_HOSTS", "mcp-server, *.internal")
     monkeypatch.setenv("MCP_AUTH_TOKEN", "")
     monkeypatch.setenv("MCP_QUERY_TIMEOUT_S", "2.5")
-    settings = Settings()
+    settings = McpServerSettings()
     assert settings.allowed_hosts == ["mcp-server", "*.internal"]
     assert settings.auth_token is None
     assert settings.query_timeout_s == 2.5
     assert (settings.host, settings.port) == ("127.0.0.1", 8903)
-    assert all(f.description for f in Settings.model_fields.values())
+    assert all(f.description for f in McpServerSettings.model_fields.values())

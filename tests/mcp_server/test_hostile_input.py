@@ -17,7 +17,7 @@ from fastmcp import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcprl_mcp_server.testing import file_sha256, read_sql, tool_error
+from mcprl_testing.mcp_server import file_sha256, read_sql, tool_error
 
 pytestmark = pytest.mark.timeout(90)
 READ_ONLY = "read-only: only SELECT/WITH queries are allowed"

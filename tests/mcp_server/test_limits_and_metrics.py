@@ -12,7 +12,7 @@ import pytest
 from fastmcp import Client
 
 from mcprl_mcp_server.db.readonly import Limits, QueryError, ReadOnlyDatabase
-from mcprl_mcp_server.testing import tool_error, tool_json
+from mcprl_testing.mcp_server import tool_error, tool_json
 
 pytestmark = pytest.mark.timeout(60)
 RUNAWAY = [

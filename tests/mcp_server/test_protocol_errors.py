@@ -18,7 +18,8 @@ import pytest
 from fastmcp import Client
 
 from mcprl_mcp_server.app import MAX_MESSAGE_BYTES
-from mcprl_mcp_server.testing import file_sha256, serve_mcp
+from mcprl_mcp_server.loopback import serve_mcp
+from mcprl_testing.mcp_server import file_sha256
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}

@@ -12,7 +12,8 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
 
-from mcprl_mcp_server.testing import serve_mcp, tool_json
+from mcprl_mcp_server.loopback import serve_mcp
+from mcprl_testing.mcp_server import tool_json
 
 pytestmark = pytest.mark.timeout(60)
 INIT = {

@@ -11,7 +11,8 @@ from fastmcp import Client
 
 from mcprl_mcp_server.db.schema import check_constraints
 from mcprl_mcp_server.db.seed import ensure_database, generate, preset_data, write_database
-from mcprl_mcp_server.testing import file_sha256, read_sql, serve_mcp, tool_json
+from mcprl_mcp_server.loopback import serve_mcp
+from mcprl_testing.mcp_server import file_sha256, read_sql, tool_json
 
 pytestmark = pytest.mark.timeout(60)
 

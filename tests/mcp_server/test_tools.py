@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fastmcp import Client
 
-from mcprl_mcp_server.testing import read_sql, tool_error, tool_json
+from mcprl_testing.mcp_server import read_sql, tool_error, tool_json
 
 pytestmark = pytest.mark.timeout(60)
 

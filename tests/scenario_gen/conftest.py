@@ -10,8 +10,8 @@ import pytest
 from fastmcp import FastMCP
 
 from mcprl_common.process import UvicornThread
-from mcprl_mcp_server.testing import serve_mcp
-from mcprl_scenario_gen.settings import Settings
+from mcprl_mcp_server.loopback import serve_mcp
+from mcprl_scenario_gen.settings import ScenarioGenSettings
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,8 @@ def company(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "scenarios", checkpoint_every_s=0.0,
+def settings(tmp_path: Path) -> ScenarioGenSettings:
+    return ScenarioGenSettings(data_dir=tmp_path / "scenarios", checkpoint_every_s=0.0,
                     mcp_connect_timeout_s=5.0, mcp_timeout_s=15.0)
 
 

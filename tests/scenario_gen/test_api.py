@@ -10,16 +10,16 @@ import pytest
 
 from mcprl_common.process import UvicornThread, free_port
 from mcprl_common.settings import UpstreamSettings
-from mcprl_mcp_server.testing import read_sql
 from mcprl_scenario_gen.app import create_app
-from mcprl_scenario_gen.settings import Settings
-from mcprl_scenario_gen.testing import wait_finished
+from mcprl_scenario_gen.settings import ScenarioGenSettings
+from mcprl_testing.mcp_server import read_sql
+from mcprl_testing.scenario_gen import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
 @pytest.fixture
-def api(settings: Settings) -> Iterator[httpx.Client]:
+def api(settings: ScenarioGenSettings) -> Iterator[httpx.Client]:
     settings = settings.model_copy(update={"max_scenarios": 500})
     generator = UpstreamSettings(base_url=f"http://127.0.0.1:{free_port()}/v1", model="none",
                                  max_retries=0, timeout_s=5)
@@ -104,7 +104,7 @@ def test_bad_servers_are_400_with_clear_messages(api: httpx.Client, other_server
     assert api.get("/v1/scenario-sets").json()["data"] == []  # nothing was queued
 
 
-def test_mcp_url_defaults_to_the_service_setting(settings: Settings, company) -> None:
+def test_mcp_url_defaults_to_the_service_setting(settings: ScenarioGenSettings, company) -> None:
     no_default = settings.model_copy(update={"default_mcp_url": None})
     with UvicornThread(create_app(no_default)) as srv:
         resp = httpx.post(f"{srv.url}/v1/scenario-sets", json={"n": 5}, timeout=30)
@@ -128,8 +128,8 @@ def test_unknown_ids_and_splits(api: httpx.Client) -> None:
     assert health["status"] == "ok" and health["data_dir_writable"] is True
 
 
-def test_bearer_token_is_passed_to_the_server(settings: Settings, tmp_path) -> None:
-    from mcprl_mcp_server.testing import serve_mcp
+def test_bearer_token_is_passed_to_the_server(settings: ScenarioGenSettings, tmp_path) -> None:
+    from mcprl_mcp_server.loopback import serve_mcp
 
     with serve_mcp(tmp_path / "auth", auth_token="t0ken") as (url, _), UvicornThread(
             create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as client:

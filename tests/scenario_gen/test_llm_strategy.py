@@ -23,16 +23,16 @@ from mcprl_common.settings import UpstreamSettings
 from mcprl_common.wire import Scenario
 from mcprl_inference.app import create_app as create_engine
 from mcprl_inference.settings import InferenceSettings
-from mcprl_mcp_server.testing import read_sql
 from mcprl_scenario_gen.app import create_app
 from mcprl_scenario_gen.mcp_client import McpConnection
 from mcprl_scenario_gen.metrics import GenMetrics
 from mcprl_scenario_gen.pipeline import run_generation
-from mcprl_scenario_gen.settings import Settings
+from mcprl_scenario_gen.settings import ScenarioGenSettings
 from mcprl_scenario_gen.store import ScenarioStore
 from mcprl_scenario_gen.strategies import GenerationContext, GenerationParams
 from mcprl_scenario_gen.strategies.llm import LlmStrategy
-from mcprl_scenario_gen.testing import wait_finished
+from mcprl_testing.mcp_server import read_sql
+from mcprl_testing.scenario_gen import wait_finished
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 MODEL = "tiny-test"
@@ -56,7 +56,7 @@ def upstream(base_url: str) -> UpstreamSettings:
                             max_concurrency=1)
 
 
-def llm_settings(settings: Settings, **kw) -> Settings:
+def llm_settings(settings: ScenarioGenSettings, **kw) -> ScenarioGenSettings:
     small = {"llm_batch_size": 3, "llm_max_tokens": 320, "llm_task_max_chars": 60,
              "llm_context_max_chars": 1500, "llm_max_repairs": 1, "llm_max_failed_batches": 1}
     return settings.model_copy(update={**small, **kw})

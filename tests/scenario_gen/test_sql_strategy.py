@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from mcprl_mcp_server.testing import read_sql
 from mcprl_scenario_gen.pipeline import new_manifest, run_generation
 from mcprl_scenario_gen.split import leaks
 from mcprl_scenario_gen.store import ScenarioStore
 from mcprl_scenario_gen.strategies import GenerationParams
 from mcprl_scenario_gen.strategies.sql_templates import COMPANY_TEMPLATES
+from mcprl_testing.mcp_server import read_sql
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 ANSWER_FORM = re.compile(r"number only|name only|city name only|location only|separated by "

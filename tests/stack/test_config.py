@@ -1,4 +1,4 @@
-"""StackConfig and the service table: what runs, in which order, with which environment."""
+"""StackSettings and the service table: what runs, in which order, with which environment."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mcprl_stack.config import StackConfig
+from mcprl_stack.config import StackSettings
 from mcprl_stack.runner import LocalStack
 from mcprl_stack.services import SERVICES, start_order
 
@@ -31,32 +31,32 @@ def test_dependencies_not_selected_are_expected_elsewhere() -> None:
 
 def test_unknown_service_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown service"):
-        StackConfig(services=["mcp-server", "vllm"])
+        StackSettings(services=["mcp-server", "vllm"])
     with pytest.raises(ValueError, match="unknown service"):
         start_order(["nope"])
 
 
 def test_trainer_needs_a_run_config() -> None:
     with pytest.raises(ValueError, match="train_config"):
-        StackConfig(services=["trainer"])
+        StackSettings(services=["trainer"])
 
 
 def test_services_from_a_comma_separated_env_var(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STACK_SERVICES", "mcp-server, judge")
-    assert StackConfig().services == ["mcp-server", "judge"]
+    assert StackSettings().services == ["mcp-server", "judge"]
 
 
 def test_from_env_reads_the_services_own_names() -> None:
     environ = {"MCP_PORT": "9903", "JUDGE_PORT": "9920", "INFERENCE_MODEL": "/m/tiny",
                "MCP_URL": "http://elsewhere:1/mcp"}
-    config = StackConfig.from_env(environ)
+    config = StackSettings.from_env(environ)
     assert config.port_of("mcp-server") == 9903
     assert config.port_of("judge") == 9920
     assert config.port_of("inference") == 8000  # the usual port when unset
     assert config.model == "/m/tiny"
     assert config.mcp_url == "http://elsewhere:1/mcp"
     # explicit values win over the services' variables
-    assert StackConfig.from_env(environ, model="/m/other").model == "/m/other"
+    assert StackSettings.from_env(environ, model="/m/other").model == "/m/other"
 
 
 def _static(stack: LocalStack) -> LocalStack:
@@ -68,7 +68,7 @@ def _static(stack: LocalStack) -> LocalStack:
 
 
 def test_wiring_uses_compose_variable_names(tmp_path: Path) -> None:
-    config = StackConfig(services=["mcp-server", "inference", "scenario-gen", "judge"],
+    config = StackSettings(services=["mcp-server", "inference", "scenario-gen", "judge"],
                          runs_dir=tmp_path, inherit_env=False, model="models/tiny-test")
     stack = _static(LocalStack(config))
     gen = stack.env_for("scenario-gen")
@@ -88,17 +88,17 @@ def test_callers_environment_overrides_defaults_but_not_ports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JUDGE_BASE_URL", "https://judge.example/v1")
     monkeypatch.setenv("JUDGE_PORT", "1")
-    config = StackConfig(services=["inference", "judge"], runs_dir=tmp_path)
+    config = StackSettings(services=["inference", "judge"], runs_dir=tmp_path)
     env = _static(LocalStack(config)).env_for("judge")
     assert "JUDGE_BASE_URL" not in env  # the child inherits the caller's value
     assert env["JUDGE_PORT"] == "8920"  # the stack decides where it listens
-    config = StackConfig(services=["inference", "judge"], runs_dir=tmp_path,
+    config = StackSettings(services=["inference", "judge"], runs_dir=tmp_path,
                          env={"JUDGE_MODEL": "pinned"})
     assert _static(LocalStack(config)).env_for("judge")["JUDGE_MODEL"] == "pinned"
 
 
 def test_external_mcp_url_wins(tmp_path: Path) -> None:
-    config = StackConfig(services=["mcp-server", "scenario-gen"], runs_dir=tmp_path,
+    config = StackSettings(services=["mcp-server", "scenario-gen"], runs_dir=tmp_path,
                          inherit_env=False, mcp_url="http://far:9/mcp")
     stack = _static(LocalStack(config))
     assert stack.env_for("scenario-gen")["MCP_URL"] == "http://far:9/mcp"
@@ -106,7 +106,7 @@ def test_external_mcp_url_wins(tmp_path: Path) -> None:
 
 
 def test_pipeline_can_point_at_the_inventory_server(tmp_path: Path) -> None:
-    config = StackConfig(services=["inventory-mcp", "scenario-gen"], runs_dir=tmp_path,
+    config = StackSettings(services=["inventory-mcp", "scenario-gen"], runs_dir=tmp_path,
                          inherit_env=False, mcp="inventory-mcp")
     stack = _static(LocalStack(config))
     assert stack.env_for("scenario-gen")["MCP_URL"] == "http://127.0.0.1:8904/mcp"
@@ -115,7 +115,7 @@ def test_pipeline_can_point_at_the_inventory_server(tmp_path: Path) -> None:
 def test_trainer_runs_as_a_job_with_its_config(tmp_path: Path) -> None:
     run_config = tmp_path / "run.yaml"
     run_config.write_text("name: x\n")
-    config = StackConfig(services=["inference", "judge", "trainer"], runs_dir=tmp_path,
+    config = StackSettings(services=["inference", "judge", "trainer"], runs_dir=tmp_path,
                          inherit_env=False, train_config=run_config, model="m")
     stack = _static(LocalStack(config))
     argv = stack._argv("trainer")

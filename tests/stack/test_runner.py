@@ -10,18 +10,18 @@ import httpx
 import pytest
 from fastmcp import Client
 
-from mcprl_stack import LocalStack, StackConfig, StackError
+from mcprl_stack import LocalStack, StackError, StackSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 LIGHT = ["mcp-server", "inventory-mcp"]  # no torch: quick to start
 
 
-def _config(tmp_path: Path, **kwargs: object) -> StackConfig:
+def _config(tmp_path: Path, **kwargs: object) -> StackSettings:
     values: dict[str, object] = {"services": LIGHT, "ports": dict.fromkeys(LIGHT, 0),
                                  "runs_dir": tmp_path, "inherit_env": False,
                                  "health_timeout_s": 60}
     values.update(kwargs)
-    return StackConfig(**values)
+    return StackSettings(**values)
 
 
 def _refused(url: str) -> bool:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from mcprl_common.wire import Scenario, ScoreGroupRequest, Trajectory
-from mcprl_stack import LocalStack, StackConfig
+from mcprl_stack import LocalStack, StackSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 SERVICES = ["mcp-server", "inference", "scenario-gen", "judge"]
@@ -19,7 +19,7 @@ SERVICES = ["mcp-server", "inference", "scenario-gen", "judge"]
 
 @pytest.fixture(scope="module")
 def smol_stack(smollm2_model: Path, tmp_path_factory: pytest.TempPathFactory):
-    config = StackConfig(services=SERVICES, ports=dict.fromkeys(SERVICES, 0),
+    config = StackSettings(services=SERVICES, ports=dict.fromkeys(SERVICES, 0),
                          model=str(smollm2_model), runs_dir=tmp_path_factory.mktemp("smol"),
                          inherit_env=False, health_timeout_s=180,
                          env={"SCENARIO_GEN_LLM_MAX_TOKENS": "800",

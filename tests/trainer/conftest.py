@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from mcprl_common.process import UvicornThread, wait_healthy
+from mcprl_testing.trainer import merge_sections, run_config_data
 
 
 @pytest.fixture(autouse=True)
@@ -45,27 +46,10 @@ class Stack:
     def run_config(self, tmp_path: Path, **overrides: Any) -> dict[str, Any]:
         """A run config (as YAML data) wired to this stack; overrides merge per section."""
 
-        data: dict[str, Any] = {
-            "name": "it", "seed": 0, "output_dir": str(tmp_path / "runs"),
-            "model": self.base_model, "steps": 2, "group_size": 4, "groups_per_step": 2,
-            "policy": {"base_url": self.engine_url},
-            "mcp": {"url": self.mcp_url},
-            "judge": {"url": self.judge_url},
-            "scenarios": {"url": self.scenario_gen_url, "set_id": self.set_id,
-                          "max_train": 4, "max_val": 2},
-            "reward": {"mode": "verifiable"},
-            "rollout": {"max_turns": 2, "max_tokens_per_turn": 24, "max_context": 2048,
-                        "min_tokens_per_turn": 8, "concurrency": 8},
-            "train": {"lr": 1e-3, "device": "cpu"},
-            "eval": {"every": 0},
-            "status": {"enabled": False},
-        }
-        for key, value in overrides.items():
-            if isinstance(value, dict) and isinstance(data.get(key), dict):
-                data[key] = {**data[key], **value}
-            else:
-                data[key] = value
-        return data
+        data = run_config_data(tmp_path, model=self.base_model, engine_url=self.engine_url,
+                               mcp_url=self.mcp_url, judge_url=self.judge_url,
+                               scenario_gen_url=self.scenario_gen_url, set_id=self.set_id)
+        return merge_sections(data, overrides)
 
 
 def _generate_set(url: str, mcp_url: str) -> str:
@@ -88,10 +72,10 @@ def _generate_set(url: str, mcp_url: str) -> str:
 def stack(tmp_path_factory: pytest.TempPathFactory, tiny_test_model: Path) -> Iterator[Stack]:
     from mcprl_inference.app import create_app as engine_app
     from mcprl_inference.settings import InferenceSettings
-    from mcprl_judge.testing import serve_judge
-    from mcprl_mcp_server.testing import serve_mcp
+    from mcprl_judge.loopback import serve_judge
+    from mcprl_mcp_server.loopback import serve_mcp
     from mcprl_scenario_gen.app import create_app as scenario_gen_app
-    from mcprl_scenario_gen.settings import Settings as ScenarioGenSettings
+    from mcprl_scenario_gen.settings import ScenarioGenSettings
 
     root = tmp_path_factory.mktemp("stack")
     base = str(tiny_test_model)

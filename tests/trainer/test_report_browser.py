@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from mcprl_common.wire import GroundTruth, Scenario
+from mcprl_testing.html_report import synthetic_run
 from mcprl_trainer.config import RunConfig, save_config
 from mcprl_trainer.html_report import REPORT_NAME, rebuild_report, update_report
-from mcprl_trainer.html_report.testing import synthetic_run
 from mcprl_trainer.run_files import (
     eval_rollouts_path,
     rollout_rows,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from mcprl_testing.html_report import synthetic_run
 from mcprl_trainer.cli import main
 from mcprl_trainer.html_report import REPORT_NAME, rebuild_report, update_report
 from mcprl_trainer.html_report.data import DATA_DIR
-from mcprl_trainer.html_report.testing import synthetic_run
 from mcprl_trainer.html_report.views import MAX_TEXT, messages_view, queried
 from mcprl_trainer.html_report.writer import script_json
 from mcprl_trainer.run_files import read_jsonl, train_rollouts_path, write_jsonl

@@ -1,8 +1,15 @@
 """Settings base classes shared by every service.
 
-Each service defines one ``Settings`` class with its own env prefix (``MCP_``,
-``INFERENCE_``, ``JUDGE_``, ...) that inherits the fields below, so host, port and
-logging are configured the same way everywhere.
+Each service defines one ``<Service>Settings`` class (``McpServerSettings``,
+``InferenceSettings``, ``JudgeSettings``, ``ScenarioGenSettings``, ``InventorySettings``,
+``StackSettings``) with its own env prefix (``MCP_``, ``INFERENCE_``, ``JUDGE_``, ...) that
+inherits the fields below, so host, port and logging are configured the same way everywhere.
+
+Names: ``*Settings`` is read from the environment (pydantic-settings); ``*Config`` is a model
+of a config file (the trainer's run YAML ``RunConfig`` and its sections, the demo's YAML) or a
+wire object (``RewardConfig``). Plain parameter holders that are neither (the trainer's
+``RolloutSettings``, ``LossSettings``, ``LoraSettings``, the demo's ``SftSettings``) predate
+this and are still to be renamed.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from mcprl_common.retry import RetryPolicy
 
 
 def split_csv(value: object) -> object:
@@ -50,6 +59,22 @@ class ServiceSettings(BaseSettings):
     )
 
 
+class McpServiceSettings(ServiceSettings):
+    """What every MCP server of ours adds: the bearer token and the Host/Origin allow-lists of
+    its MCP endpoints (company-db's ``MCP_``, the inventory example's ``INVENTORY_``)."""
+
+    auth_token: OptionalSecret = Field(
+        None, description="If set, the MCP endpoints require 'Authorization: Bearer <token>' "
+        "(never logged); /healthz and /metrics stay open for probes and Prometheus.")
+    allowed_hosts: CsvList = Field(
+        default_factory=list, description="Extra Host header values accepted on the MCP "
+        "endpoints (comma-separated; wildcards like '*.example.com' or 'mcp-server:*'; e.g. "
+        "the compose service name). Loopback is always allowed.")
+    allowed_origins: CsvList = Field(
+        default_factory=list, description="Browser Origins accepted besides same-origin and "
+        "loopback (comma-separated, e.g. 'https://app.example.com').")
+
+
 class UpstreamSettings(BaseSettings):
     """An OpenAI-compatible upstream (OpenRouter, vLLM, our engine).
 
@@ -68,7 +93,16 @@ class UpstreamSettings(BaseSettings):
     )
     timeout_s: float = Field(120.0, gt=0, description="Timeout of one upstream request.")
     max_retries: int = Field(3, ge=0, description="Retries on 429/5xx and connection errors.")
+    backoff_initial_s: float = Field(0.5, gt=0, description="First retry delay after a "
+                                     "429/5xx/connection error (doubles).")
+    backoff_max_s: float = Field(8.0, gt=0, description="Longest single retry delay, also the "
+                                 "cap on an upstream's Retry-After we honour.")
     max_concurrency: int = Field(8, ge=1, description="Upstream requests in flight at most.")
+
+    def retry_policy(self) -> RetryPolicy:
+        """The common retry loop's policy for calls to this upstream."""
+
+        return RetryPolicy(self.max_retries, self.backoff_initial_s, self.backoff_max_s)
 
 
 def upstream_settings(prefix: str, **overrides: object) -> UpstreamSettings:

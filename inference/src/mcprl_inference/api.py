@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcprl_common.wire.tool_calls import ToolCall
+
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, protected_namespaces=())
@@ -59,17 +61,6 @@ class SamplingFields(_Request):
 
 
 # ---- chat ------------------------------------------------------------------------------------
-class FunctionCall(_Wire):
-    name: str
-    arguments: str
-
-
-class ToolCall(_Wire):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
 class ChatMessage(_Request):
     role: str
     content: str | list[dict[str, Any]] | None = None
@@ -141,13 +132,21 @@ class UsageInfo(_Wire):
     total_tokens: int = 0
 
 
-class ChatCompletionResponse(_Wire):
+class _Response(_Wire):
+    """What both completion responses carry, in vLLM's field order (subclasses narrow
+    ``object`` and ``choices`` in place)."""
+
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: str
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
-    choices: list[ChatChoice]
+    choices: list[Any]
     usage: UsageInfo
+
+
+class ChatCompletionResponse(_Response):
+    object: Literal["chat.completion"] = "chat.completion"
+    choices: list[ChatChoice]
     prompt_logprobs: None = None
     prompt_token_ids: list[int] | None = None
 
@@ -179,13 +178,9 @@ class CompletionChoice(_Wire):
     token_ids: list[int] | None = None
 
 
-class CompletionResponse(_Wire):
-    id: str
+class CompletionResponse(_Response):
     object: Literal["text_completion"] = "text_completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
     choices: list[CompletionChoice]
-    usage: UsageInfo
 
 
 # ---- models, LoRA, sleep ---------------------------------------------------------------------

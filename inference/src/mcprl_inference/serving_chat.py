@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from mcprl_common.errors import BadRequestError
+from mcprl_common.model_formats import ToolParser
 from mcprl_inference.api import (
     ChatChoice,
     ChatChoiceLogprobs,
@@ -20,7 +21,6 @@ from mcprl_inference.api import (
 )
 from mcprl_inference.engine import SequenceOutput
 from mcprl_inference.serving_engine import ServingBase
-from mcprl_inference.tool_parsers import ToolParser
 
 
 def _text_of(content: str | list[dict[str, Any]] | None) -> str:

@@ -21,12 +21,12 @@ from mcprl_common.errors import (
 )
 from mcprl_inference.api import ResponseFormat, SamplingFields
 from mcprl_inference.engine import EngineError, LLMEngine, RequestOutput, SamplingParams
+from mcprl_inference.engine.engine import SEED_MASK
 from mcprl_inference.engine.grammar import GrammarCompiler, GrammarError
 from mcprl_inference.serving_models import ServingModels
 from mcprl_inference.settings import InferenceSettings
 
 log = logging.getLogger(__name__)
-_SEED_MASK = (1 << 63) - 1
 
 
 class GatewayTimeoutError(ServiceError):
@@ -85,7 +85,7 @@ class ServingBase:
             repetition_penalty=float(pick(req.repetition_penalty, "repetition_penalty", 1.0)),
             presence_penalty=req.presence_penalty,
             frequency_penalty=req.frequency_penalty,
-            seed=None if req.seed is None else req.seed & _SEED_MASK,
+            seed=None if req.seed is None else req.seed & SEED_MASK,
             stop=stop,
             stop_token_ids=list(req.stop_token_ids or []),
             ignore_eos=req.ignore_eos,

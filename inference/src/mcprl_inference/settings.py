@@ -59,8 +59,9 @@ class InferenceSettings(ServiceSettings):
     enable_auto_tool_choice: bool = Field(True, description="Parse tool calls out of chat "
                                                             "completions (vLLM "
                                                             "--enable-auto-tool-choice).")
-    tool_call_parser: str = Field("hermes", description="Tool-call parser name (registry in "
-                                                        "mcprl_inference.tool_parsers).")
+    tool_call_parser: str = Field("hermes", description="The model format whose tool-call "
+                                                        "parser reads tool calls (registry in "
+                                                        "mcprl_common.model_formats).")
     chat_template: str | None = Field(None, description="Path of a Jinja chat template that "
                                                         "replaces the tokenizer's.")
     max_logprobs: int = Field(20, ge=0, description="Largest top_logprobs/logprobs a request may "

@@ -20,10 +20,10 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from mcprl_common.files import make_readable
+from mcprl_common.model_formats import get_model_format
 
 # Qwen2's pre-tokenization pattern: contractions, words, single digits, punctuation, spaces.
 QWEN2_SPLIT_PATTERN = (
@@ -128,7 +128,6 @@ def build_tokenizer(out_dir: Path, seed: int = 0):
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(seed), trainer=trainer)
-    template = resources.files("mcprl_inference.chat_templates").joinpath("qwen2_5.jinja")
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -140,7 +139,7 @@ def build_tokenizer(out_dir: Path, seed: int = 0):
         clean_up_tokenization_spaces=False,
     )
     fast.add_tokens(ADDED_TOKENS, special_tokens=False)
-    fast.chat_template = template.read_text()
+    fast.chat_template = get_model_format("hermes").chat_template()
     fast.save_pretrained(out_dir)
     return fast
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from mcprl_common.json_text import first_json_value
+
 
 class JudgeOutputError(ValueError):
     """The judge's answer is unusable; the message is sent back to the judge on retry."""
@@ -77,33 +79,16 @@ def format_instructions(ids: list[str], explanation_max_chars: int) -> str:
     )
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
-
-
 def extract_json(text: str) -> Any:
-    """The first JSON value in ``text``: whole, in a ``` fence, or the first balanced {...}."""
+    """The most likely JSON value in ``text`` (:func:`mcprl_common.json_text.first_json_value`:
+    whole, in a ``` fence, or the first balanced {...}), as a judge output error if none."""
 
-    text = text.strip()
-    if not text:
+    if not text.strip():
         raise JudgeOutputError("the answer was empty", "invalid_output")
-    candidates = [text, *(m.group(1) for m in _FENCE.finditer(text))]
-    # strict=False: raw newlines or control characters inside strings are common in model
-    # output (and constrained decoders allow them); they do not change the meaning.
-    decoder = json.JSONDecoder(strict=False)
-    for candidate in candidates:
-        try:
-            return decoder.decode(candidate)
-        except json.JSONDecodeError:
-            pass
-    for start, ch in enumerate(text):
-        if ch in "{[":
-            try:
-                value, _ = decoder.raw_decode(text, start)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict | list):
-                return value
-    raise JudgeOutputError("the answer contains no JSON object", "invalid_output")
+    try:
+        return first_json_value(text)
+    except ValueError:
+        raise JudgeOutputError("the answer contains no JSON object", "invalid_output") from None
 
 
 def _norm_id(key: object) -> str:

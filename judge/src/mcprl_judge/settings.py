@@ -28,13 +28,6 @@ class JudgeSettings(ServiceSettings, UpstreamSettings):
     port: int = Field(8920, ge=0, le=65535, description="TCP port to listen on.")
 
     # upstream behaviour beyond UpstreamSettings
-    backoff_initial_s: float = Field(
-        0.5, gt=0, description="First retry delay after a 429/5xx/connection error (doubles)."
-    )
-    backoff_max_s: float = Field(
-        8.0, gt=0, description="Longest single retry delay, also the cap on an upstream's "
-        "Retry-After we honour."
-    )
     retry_after_s: int = Field(
         10, ge=1, description="Retry-After (seconds) we send with a 503 when the judge model "
         "is unreachable and the upstream gave no hint of its own."

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,13 +18,12 @@ from typing import Any
 import openai
 
 from mcprl_common.errors import BadRequestError, UpstreamError, UpstreamUnavailableError
-from mcprl_common.http import RETRY_STATUS, RetryPolicy, openai_client
+from mcprl_common.http import RETRY_STATUS, openai_client
 from mcprl_common.logging import redact
+from mcprl_common.retry import retry_call
 from mcprl_common.wire import Usage
 from mcprl_judge.metrics import JudgeMetrics
 from mcprl_judge.settings import JudgeSettings
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,6 +37,15 @@ class Completion:
 
 class StructuredOutputRejected(Exception):
     """The upstream refused a request that carried ``response_format`` (HTTP 400/422)."""
+
+
+class _Transient(Exception):
+    """One attempt failed in a way worth retrying; ``reason`` is safe to log and return."""
+
+    def __init__(self, reason: str, retry_after: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
 
 
 def add_usage(usage: Usage, completion: Completion) -> None:
@@ -57,8 +64,7 @@ class JudgeUpstream:
         # The SDK's own retries are off: ours count failures and honour our backoff caps.
         self._client = openai_client(settings, max_retries=0)
         self._secret = settings.api_key.get_secret_value()
-        self._policy = RetryPolicy(settings.max_retries, settings.backoff_initial_s,
-                                   settings.backoff_max_s)
+        self._policy = settings.retry_policy()
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
 
     async def aclose(self) -> None:
@@ -89,50 +95,51 @@ class JudgeUpstream:
             kwargs["temperature"] = self.settings.temperature
         if self.settings.extra_body:
             kwargs["extra_body"] = self.settings.extra_body
-        attempts = self.settings.max_retries + 1
-        last_reason = "no attempt"
-        retry_after: str | None = None
-        for attempt in range(attempts):
-            retry_after = None
-            try:
-                return await self._call(kwargs)
-            except openai.APIConnectionError as exc:  # includes timeouts
-                kind = "timeout" if isinstance(exc, openai.APITimeoutError) else "connection"
-                last_reason = f"{kind} error ({type(exc).__name__})"
-                self.metrics.upstream_requests.labels(f"{kind}_error").inc()
-                self.metrics.failures.labels("upstream_unavailable").inc()
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                message = self.scrub(_status_message(exc))
-                if status not in RETRY_STATUS:
-                    self.metrics.upstream_requests.labels("rejected").inc()
-                    self.metrics.failures.labels("upstream_rejected").inc()
-                    raise self._rejected(status, message, model, response_format,
-                                         model_overridden) from None
-                last_reason = f"HTTP {status}: {message}"
-                retry_after = exc.response.headers.get("retry-after")
-                self.metrics.upstream_requests.labels(f"http_{status}").inc()
-                self.metrics.failures.labels("upstream_status").inc()
-            except openai.APIError as exc:  # an answer the SDK could not read
-                self.metrics.upstream_requests.labels("unreadable").inc()
+        try:
+            return await retry_call(
+                lambda: self._attempt(kwargs, model, response_format, model_overridden),
+                self._policy, is_retryable=lambda exc: isinstance(exc, _Transient),
+                retry_after=lambda exc: getattr(exc, "retry_after", None),
+                what="judge upstream call", log_extra={"model": model})
+        except _Transient as last:
+            hint = self.settings.retry_after_s
+            if last.retry_after:
+                with contextlib.suppress(ValueError):
+                    hint = max(1, int(float(last.retry_after)))
+            raise UpstreamUnavailableError(
+                f"judge model upstream unavailable after {self.settings.max_retries + 1} "
+                f"attempts: {last.reason}", retry_after_s=hint) from None
+
+    async def _attempt(self, kwargs: dict[str, Any], model: str,
+                       response_format: dict[str, Any] | None,
+                       model_overridden: bool) -> Completion:
+        """One upstream call; every outcome is counted (per attempt) before it is raised."""
+
+        try:
+            return await self._call(kwargs)
+        except openai.APIConnectionError as exc:  # includes timeouts
+            kind = "timeout" if isinstance(exc, openai.APITimeoutError) else "connection"
+            self.metrics.upstream_requests.labels(f"{kind}_error").inc()
+            self.metrics.failures.labels("upstream_unavailable").inc()
+            raise _Transient(f"{kind} error ({type(exc).__name__})") from None
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            message = self.scrub(_status_message(exc))
+            if status not in RETRY_STATUS:
+                self.metrics.upstream_requests.labels("rejected").inc()
                 self.metrics.failures.labels("upstream_rejected").inc()
-                raise UpstreamError(
-                    f"the judge upstream sent an unreadable answer ({type(exc).__name__}): "
-                    f"{self.scrub(str(exc))}") from None
-            if attempt + 1 < attempts:
-                wait = self._policy.delay(attempt, retry_after)
-                log.info("judge upstream call failed; retrying",
-                         extra={"attempt": attempt + 1, "wait_s": round(wait, 3),
-                                "reason": last_reason, "model": model})
-                await asyncio.sleep(wait)
-        hint = self.settings.retry_after_s
-        if retry_after:
-            with contextlib.suppress(ValueError):
-                hint = max(1, int(float(retry_after)))
-        raise UpstreamUnavailableError(
-            f"judge model upstream unavailable after {attempts} attempts: {last_reason}",
-            retry_after_s=hint,
-        )
+                raise self._rejected(status, message, model, response_format,
+                                     model_overridden) from None
+            self.metrics.upstream_requests.labels(f"http_{status}").inc()
+            self.metrics.failures.labels("upstream_status").inc()
+            raise _Transient(f"HTTP {status}: {message}",
+                             exc.response.headers.get("retry-after")) from None
+        except openai.APIError as exc:  # an answer the SDK could not read
+            self.metrics.upstream_requests.labels("unreadable").inc()
+            self.metrics.failures.labels("upstream_rejected").inc()
+            raise UpstreamError(
+                f"the judge upstream sent an unreadable answer ({type(exc).__name__}): "
+                f"{self.scrub(str(exc))}") from None
 
     async def _call(self, kwargs: dict[str, Any]) -> Completion:
         async with self._semaphore:

@@ -7,7 +7,7 @@ itself (read-only connection + authorizer), every query has a time limit, a row 
 result-size cap, and every failure comes back as an MCP tool error the agent can act on.
 
 Build an app with :func:`mcprl_mcp_server.app.create_app`; tests of other services use
-:func:`mcprl_mcp_server.testing.serve_mcp`.
+:func:`mcprl_mcp_server.loopback.serve_mcp`.
 """
 
 __version__ = "0.1.0"

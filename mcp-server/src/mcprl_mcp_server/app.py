@@ -29,7 +29,7 @@ from mcprl_mcp_server.auth import BearerTokenVerifier
 from mcprl_mcp_server.db.readonly import Limits, ReadOnlyDatabase
 from mcprl_mcp_server.db.seed import ensure_database
 from mcprl_mcp_server.metrics import McpMetrics, ToolMetricsMiddleware
-from mcprl_mcp_server.settings import Settings
+from mcprl_mcp_server.settings import McpServerSettings
 from mcprl_mcp_server.tools import CompanyTools
 
 SERVICE = "mcp-server"
@@ -69,7 +69,14 @@ class _ConnectionCounter:
 
 
 def _streamable_sessions(app: Any) -> int:
-    """Live Streamable HTTP sessions of a FastMCP http_app (0 before startup)."""
+    """Live Streamable HTTP sessions of a FastMCP http_app (0 before startup).
+
+    Reads the SDK session manager's private ``_server_instances``: fastmcp 4.1.6 has no
+    public session count or session-end hook (middleware sees ``on_initialize`` but no end;
+    the per-connection exit stack is reachable only through private attributes), and
+    fastmcp's own shutdown reads the same dict (``fastmcp/server/http.py``). A test fails if
+    the count stops moving (``tests/mcp_server/test_limits_and_metrics.py``).
+    """
 
     for route in getattr(app, "routes", ()):
         endpoint = getattr(route, "endpoint", None)
@@ -80,7 +87,7 @@ def _streamable_sessions(app: Any) -> int:
     return 0
 
 
-def build_mcp(settings: Settings, db: ReadOnlyDatabase, metrics: McpMetrics) -> FastMCP:
+def build_mcp(settings: McpServerSettings, db: ReadOnlyDatabase, metrics: McpMetrics) -> FastMCP:
     """The FastMCP server with its tools, metrics middleware and optional bearer auth."""
 
     token = settings.auth_token.get_secret_value() if settings.auth_token else None
@@ -96,10 +103,10 @@ def build_mcp(settings: Settings, db: ReadOnlyDatabase, metrics: McpMetrics) -> 
     return mcp
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: McpServerSettings | None = None) -> FastAPI:
     """Build the server for ``settings`` (the environment when omitted)."""
 
-    settings = settings or Settings()
+    settings = settings or McpServerSettings()
     limits = Limits(
         timeout_s=settings.query_timeout_s,
         max_rows=settings.max_rows,

@@ -13,7 +13,7 @@ from pathlib import Path
 from mcprl_common.service_app import run_service
 from mcprl_mcp_server.app import SERVICE, create_app
 from mcprl_mcp_server.db.seed import ensure_database
-from mcprl_mcp_server.settings import Settings
+from mcprl_mcp_server.settings import McpServerSettings
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
         }.items()
         if value is not None
     }  # fmt: skip
-    settings = Settings(**overrides)
+    settings = McpServerSettings(**overrides)
     if args.init_db:
         created = ensure_database(settings.db_path, settings.db_preset, settings.db_seed)
         print(f"{settings.db_path}: {'created' if created else 'exists, left unchanged'}")

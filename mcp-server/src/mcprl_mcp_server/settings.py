@@ -1,4 +1,4 @@
-"""Settings of the company-db MCP server, read from ``MCP_*`` environment variables."""
+"""McpServerSettings of the company-db MCP server, read from ``MCP_*`` environment variables."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from mcprl_common.settings import CsvList, OptionalSecret, ServiceSettings
+from mcprl_common.settings import McpServiceSettings
 
 Preset = Literal["default", "tutorial"]
 
 
-class Settings(ServiceSettings):
-    """One place for every knob; ``Settings()`` reads the environment, tests pass values."""
+class McpServerSettings(McpServiceSettings):
+    """One place for every knob; ``McpServerSettings()`` reads the environment, tests pass
+    values."""
 
     model_config = SettingsConfigDict(
         env_prefix="MCP_", extra="ignore", env_file=None, populate_by_name=True
@@ -55,21 +56,6 @@ class Settings(ServiceSettings):
         True,
         description="Validate Host and Origin headers on /mcp, /sse and /messages "
         "(DNS-rebinding protection). Loopback names are always allowed.",
-    )
-    allowed_hosts: CsvList = Field(
-        default_factory=list,
-        description="Extra Host header values accepted (comma-separated; wildcards like "
-        "'*.example.com'; e.g. the compose service name 'mcp-server').",
-    )
-    allowed_origins: CsvList = Field(
-        default_factory=list,
-        description="Browser Origins accepted besides same-origin and loopback "
-        "(comma-separated, e.g. 'https://app.example.com').",
-    )
-    auth_token: OptionalSecret = Field(
-        None,
-        description="If set, /mcp, /sse and /messages require 'Authorization: Bearer <token>'. "
-        "/healthz and /metrics stay open for probes and Prometheus.",
     )
     session_idle_timeout_s: float = Field(
         900.0, gt=0, description="Streamable HTTP sessions idle this long are closed."

@@ -13,16 +13,16 @@ from mcprl_scenario_gen import __version__
 from mcprl_scenario_gen.metrics import GenMetrics
 from mcprl_scenario_gen.routes import router
 from mcprl_scenario_gen.service import ScenarioGenService
-from mcprl_scenario_gen.settings import Settings
+from mcprl_scenario_gen.settings import ScenarioGenSettings
 
 SERVICE = "scenario-gen"
 
 
-def create_app(settings: Settings | None = None, *,
+def create_app(settings: ScenarioGenSettings | None = None, *,
                generator: UpstreamSettings | None = None) -> FastAPI:
     """The app; ``generator`` defaults to the ``GENERATOR_*`` environment."""
 
-    settings = settings or Settings()
+    settings = settings or ScenarioGenSettings()
     metrics = GenMetrics()
     service = ScenarioGenService(settings, upstream=generator or upstream_settings("GENERATOR_"),
                                  metrics=metrics)

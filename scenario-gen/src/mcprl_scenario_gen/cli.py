@@ -20,7 +20,7 @@ from mcprl_common.settings import upstream_settings
 from mcprl_scenario_gen.art_import import NothingToImportError, import_art, load_art
 from mcprl_scenario_gen.pipeline import run_generation
 from mcprl_scenario_gen.service import preflight
-from mcprl_scenario_gen.settings import Settings
+from mcprl_scenario_gen.settings import ScenarioGenSettings
 from mcprl_scenario_gen.store import ScenarioStore, StoredManifest, dumps_art
 from mcprl_scenario_gen.strategies import GenerationParams
 from mcprl_scenario_gen.strategies import Progress as GenProgress
@@ -43,13 +43,13 @@ def parse_mix(text: str | None) -> dict[int, float] | None:
     return mix
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace) -> ScenarioGenSettings:
     overrides: dict[str, Any] = {}
     for name in ("host", "port", "data_dir"):
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
-    return Settings(**overrides)
+    return ScenarioGenSettings(**overrides)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

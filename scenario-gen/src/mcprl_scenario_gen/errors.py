@@ -2,13 +2,19 @@
 
 They subclass :class:`mcprl_common.errors.ServiceError`, so when one happens while a request
 is being answered (the pre-flight of ``POST /v1/scenario-sets``) the client gets the right
-status and a JSON body naming the problem; in a background generation the same message ends
+status and a JSON body naming the problem (the common class first in the bases gives the
+status and type); in a background generation the same message ends
 up in the manifest's ``error``.
 """
 
 from __future__ import annotations
 
-from mcprl_common.errors import ServiceError
+from mcprl_common.errors import (
+    BadRequestError,
+    ServiceError,
+    UpstreamError,
+    UpstreamUnavailableError,
+)
 
 
 class GenerationError(ServiceError):
@@ -19,33 +25,25 @@ class GenerationError(ServiceError):
     kind = "internal"
 
 
-class McpUnreachableError(GenerationError):
+class McpUnreachableError(BadRequestError, GenerationError):
     """The MCP server URL did not answer (refused, timed out, not an MCP endpoint)."""
 
-    status_code = 400
-    error_type = "BadRequestError"
     kind = "mcp_unreachable"
 
 
-class NoToolsError(GenerationError):
-    status_code = 400
-    error_type = "BadRequestError"
+class NoToolsError(BadRequestError, GenerationError):
     kind = "no_tools"
 
 
-class UnsupportedServerError(GenerationError):
+class UnsupportedServerError(BadRequestError, GenerationError):
     """The strategy needs tools the server lacks (``sql`` without ``run_query``)."""
 
-    status_code = 400
-    error_type = "BadRequestError"
     kind = "unsupported_server"
 
 
-class McpToolError(GenerationError):
+class McpToolError(UpstreamError, GenerationError):
     """A tool call failed (``isError``) where the generation needed it to work."""
 
-    status_code = 502
-    error_type = "BadGatewayError"
     kind = "mcp_tool"
 
 
@@ -57,31 +55,25 @@ class NothingGeneratedError(GenerationError):
     kind = "nothing_generated"
 
 
-class McpConnectionLost(GenerationError):
+class McpConnectionLost(UpstreamError, GenerationError):
     """The MCP session broke mid-generation (server stopped, network gone)."""
 
-    status_code = 502
-    error_type = "BadGatewayError"
     kind = "mcp_connection"
 
 
-class LlmOutputError(GenerationError):
+class LlmOutputError(UpstreamError, GenerationError):
     """The generator LLM kept answering something that is not a valid scenario batch."""
 
-    status_code = 502
-    error_type = "BadGatewayError"
     kind = "llm_output"
 
 
-class LlmUnavailableError(GenerationError):
+class LlmUnavailableError(UpstreamUnavailableError, GenerationError):
     """The generator LLM could not be reached or refused the request for good."""
 
-    status_code = 503
-    error_type = "ServiceUnavailableError"
     kind = "llm_unavailable"
 
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "10"}
+    def __init__(self, message: str, *, retry_after_s: int = 10) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
 
 
 class TooManyJobsError(ServiceError):

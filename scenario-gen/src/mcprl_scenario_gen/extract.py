@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-_FENCE = re.compile(r"```[ \t]*(?:json[c5]?|javascript|js)?[ \t]*\n?(.*?)```", re.S | re.I)
-_THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
+from mcprl_common.json_text import json_candidates, loads_lenient, strip_reasoning
+
 _LIST_KEYS = ("scenarios", "tasks", "items", "questions", "data", "results")
 
 
@@ -68,65 +67,6 @@ class ExtractionError(ValueError):
     """No valid batch in the text; the message says why, for the repair turn."""
 
 
-def json_candidates(text: str) -> list[str]:
-    """Plausible JSON snippets of ``text``, most likely first, without duplicates."""
-
-    text = _THINK.sub("", text or "").strip()
-    found: list[str] = []
-    found.extend(m.group(1).strip() for m in _FENCE.finditer(text))
-    found.append(text)
-    found.extend(_balanced_blocks(text))
-    seen: set[str] = set()
-    return [c for c in found if c and not (c in seen or seen.add(c))]
-
-
-def _balanced_blocks(text: str, limit: int = 8) -> list[str]:
-    """Top-level ``{...}`` / ``[...]`` blocks, string- and escape-aware."""
-
-    blocks: list[str] = []
-    start = None
-    stack: list[str] = []
-    in_str = escaped = False
-    for i, ch in enumerate(text):
-        if in_str:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_str = False
-            continue
-        if ch == '"' and stack:
-            in_str = True
-        elif ch in "{[":
-            if not stack:
-                start = i
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack:
-            if ch != stack[-1]:
-                stack.clear()
-                start = None
-                continue
-            stack.pop()
-            if not stack and start is not None:
-                blocks.append(text[start:i + 1])
-                if len(blocks) >= limit:
-                    break
-                start = None
-    return blocks
-
-
-def _loads(candidate: str) -> Any:
-    try:
-        return json.loads(candidate)
-    except ValueError:
-        # The commonest near-miss: trailing commas before a closing bracket.
-        repaired = re.sub(r",\s*([}\]])", r"\1", candidate)
-        if repaired == candidate:
-            raise
-        return json.loads(repaired)
-
-
 def _as_batch_dict(data: Any) -> Any:
     if isinstance(data, list):
         return {"scenarios": data}
@@ -159,7 +99,7 @@ def parse_batch(text: str) -> ParsedBatch:
     decoded_any = False
     for candidate in json_candidates(text):
         try:
-            data = _loads(candidate)
+            data = loads_lenient(candidate)
         except ValueError:
             continue
         decoded_any = True
@@ -195,7 +135,7 @@ def _salvage_items(text: str, limit_chars: int = 40_000) -> list[ScenarioDraft]:
     Rescues replies cut off at max_tokens: every item written before the cut is kept.
     """
 
-    text = _THINK.sub("", text or "")[:limit_chars]
+    text = strip_reasoning(text)[:limit_chars]
     decoder = json.JSONDecoder()
     drafts: list[ScenarioDraft] = []
     i = text.find("{")

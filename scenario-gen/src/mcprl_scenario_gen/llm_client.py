@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 
-from mcprl_common.http import openai_client
+from mcprl_common.http import openai_call, openai_client
 from mcprl_common.settings import UpstreamSettings
 from mcprl_scenario_gen.errors import LlmOutputError, LlmUnavailableError
 from mcprl_scenario_gen.extract import ExtractionError, ParsedBatch, batch_json_schema, parse_batch
@@ -63,7 +63,9 @@ class GeneratorLLM:
         support_cache: dict[str, bool] | None = None,
     ) -> None:
         self.upstream = upstream
-        self.client = openai_client(upstream)
+        # The SDK's own retries are off: the common policy retries (and logs) each attempt.
+        self.client = openai_client(upstream, max_retries=0)
+        self.retry = upstream.retry_policy()
         self.model = model or upstream.model
         self.mode = mode
         self.max_repairs = max_repairs
@@ -117,7 +119,8 @@ class GeneratorLLM:
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "scenario_batch", "schema": self.schema(max_items), "strict": True}}
         try:
-            resp = await self.client.chat.completions.create(**kwargs)
+            resp = await openai_call(lambda: self.client.chat.completions.create(**kwargs),
+                                     self.retry, what="generator call")
         except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
             if self.use_schema and self.mode == "auto" and mentions_response_format(exc):
                 log.warning("generator rejects json_schema; switching to the fallback",

@@ -18,7 +18,7 @@ from mcprl_scenario_gen.errors import NothingGeneratedError, NoToolsError, failu
 from mcprl_scenario_gen.mcp_client import McpConnection
 from mcprl_scenario_gen.metrics import GenMetrics
 from mcprl_scenario_gen.quality import difficulty_counts, select_by_mix
-from mcprl_scenario_gen.settings import Settings
+from mcprl_scenario_gen.settings import ScenarioGenSettings
 from mcprl_scenario_gen.split import split_scenarios
 from mcprl_scenario_gen.store import ScenarioStore, StoredManifest
 from mcprl_scenario_gen.strategies import GenerationContext, GenerationParams, Progress
@@ -81,7 +81,7 @@ def finish(store: ScenarioStore, manifest: StoredManifest, pool: list[Scenario],
 async def run_generation(
     params: GenerationParams,
     *,
-    settings: Settings,
+    settings: ScenarioGenSettings,
     store: ScenarioStore,
     manifest: StoredManifest | None = None,
     upstream: UpstreamSettings | None = None,

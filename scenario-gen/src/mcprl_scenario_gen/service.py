@@ -23,7 +23,7 @@ from mcprl_scenario_gen.errors import NoToolsError, StorageError, TooManyJobsErr
 from mcprl_scenario_gen.mcp_client import McpConnection, ServerInfo
 from mcprl_scenario_gen.metrics import GenMetrics
 from mcprl_scenario_gen.pipeline import finish, new_manifest, recover_interrupted, run_generation
-from mcprl_scenario_gen.settings import Settings
+from mcprl_scenario_gen.settings import ScenarioGenSettings
 from mcprl_scenario_gen.store import ScenarioStore, SplitName, StoredManifest
 from mcprl_scenario_gen.strategies import GenerationParams, Progress
 from mcprl_scenario_gen.strategies.registry import get_strategy
@@ -41,7 +41,8 @@ class Job:
     state: str = "queued"
 
 
-def params_from_request(req: CreateScenarioSetRequest, settings: Settings) -> GenerationParams:
+def params_from_request(req: CreateScenarioSetRequest,
+                        settings: ScenarioGenSettings) -> GenerationParams:
     """Validate what pydantic cannot know (configured limits, registered strategies)."""
 
     if req.n > settings.max_scenarios:
@@ -67,7 +68,7 @@ def params_from_request(req: CreateScenarioSetRequest, settings: Settings) -> Ge
     )
 
 
-async def preflight(params: GenerationParams, settings: Settings) -> ServerInfo:
+async def preflight(params: GenerationParams, settings: ScenarioGenSettings) -> ServerInfo:
     """Connect once and check the server suits the strategy; raises a 4xx error if not."""
 
     strategy = get_strategy(params.strategy)
@@ -86,7 +87,7 @@ async def preflight(params: GenerationParams, settings: Settings) -> ServerInfo:
 class ScenarioGenService:
     """Owns the store, the jobs and the metrics; one per app."""
 
-    def __init__(self, settings: Settings, *, upstream: UpstreamSettings | None = None,
+    def __init__(self, settings: ScenarioGenSettings, *, upstream: UpstreamSettings | None = None,
                  metrics: GenMetrics | None = None) -> None:
         self.settings = settings
         self.upstream = upstream

@@ -1,4 +1,4 @@
-"""Settings of scenario-gen (env prefix ``SCENARIO_GEN_``).
+"""ScenarioGenSettings of scenario-gen (env prefix ``SCENARIO_GEN_``).
 
 The generator LLM is configured apart, under ``GENERATOR_`` (see
 :func:`mcprl_common.settings.upstream_settings`), like every OpenAI-compatible upstream.
@@ -17,7 +17,7 @@ from mcprl_common.settings import ServiceSettings
 JsonSchemaMode = Literal["auto", "on", "off"]
 
 
-class Settings(ServiceSettings):
+class ScenarioGenSettings(ServiceSettings):
     """Everything the service and the CLI read from the environment."""
 
     model_config = SettingsConfigDict(env_prefix="SCENARIO_GEN_", extra="ignore")
@@ -94,3 +94,7 @@ class Settings(ServiceSettings):
     checkpoint_every_s: float = Field(
         5.0, ge=0, description="How often a running generation saves its candidates to disk."
     )
+
+
+# The old name, kept while demo/ (changed elsewhere at the same time) still imports it.
+Settings = ScenarioGenSettings

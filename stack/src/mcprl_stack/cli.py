@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from mcprl_common.logging import configure_logging
-from mcprl_stack.config import StackConfig
+from mcprl_stack.config import StackSettings
 from mcprl_stack.envfile import render
 from mcprl_stack.runner import LocalStack, StackError, log_tail
 from mcprl_stack.services import SERVICES
@@ -35,7 +35,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
-def _config(args: argparse.Namespace) -> StackConfig:
+def _config(args: argparse.Namespace) -> StackSettings:
     overrides: dict[str, object] = {}
     if args.services:
         overrides["services"] = args.services
@@ -46,13 +46,13 @@ def _config(args: argparse.Namespace) -> StackConfig:
     if args.train_config:
         overrides["train_config"] = Path(args.train_config)
         if not args.services:
-            overrides["services"] = [*StackConfig().services, "trainer"]
+            overrides["services"] = [*StackSettings().services, "trainer"]
     if args.runs_dir:
         overrides["runs_dir"] = Path(args.runs_dir)
-    return StackConfig.from_env(**overrides)
+    return StackSettings.from_env(**overrides)
 
 
-def _up(config: StackConfig) -> int:
+def _up(config: StackSettings) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     stack = LocalStack(config)
     print(f"starting {', '.join(config.services)} (logs in {stack.log_dir}) ...", flush=True)
@@ -91,7 +91,7 @@ def _up(config: StackConfig) -> int:
     return code
 
 
-def _env(config: StackConfig, service: str | None) -> int:
+def _env(config: StackSettings, service: str | None) -> int:
     stack = LocalStack(config)
     for name in stack.config.services:  # static view: configured ports, no process started
         stack.ports[name] = stack.config.port_of(name)

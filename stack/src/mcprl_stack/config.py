@@ -19,8 +19,8 @@ from mcprl_common.settings import CsvList
 from mcprl_stack.services import DEFAULT_SERVICES, SERVICES
 
 
-class StackConfig(BaseSettings):
-    """One local stack. ``StackConfig()`` reads the environment; tests pass values."""
+class StackSettings(BaseSettings):
+    """One local stack. ``StackSettings()`` reads the environment; tests pass values."""
 
     model_config = SettingsConfigDict(env_prefix="STACK_", extra="ignore", env_file=None,
                                       populate_by_name=True)
@@ -73,7 +73,7 @@ class StackConfig(BaseSettings):
     )
 
     @model_validator(mode="after")
-    def _known(self) -> StackConfig:
+    def _known(self) -> StackSettings:
         unknown = [n for n in [*self.services, *self.ports] if n not in SERVICES]
         if unknown:
             raise ValueError(f"unknown service(s) {unknown}; known: {', '.join(SERVICES)}")
@@ -84,8 +84,8 @@ class StackConfig(BaseSettings):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object
-                 ) -> StackConfig:
-        """Like ``StackConfig()``, plus the services' own variables where no ``STACK_*``
+                 ) -> StackSettings:
+        """Like ``StackSettings()``, plus the services' own variables where no ``STACK_*``
         variable or override says otherwise: ``<PREFIX>PORT``, ``INFERENCE_MODEL``,
         ``MCP_URL``."""
 
@@ -105,3 +105,7 @@ class StackConfig(BaseSettings):
 
     def port_of(self, name: str) -> int:
         return self.ports.get(name, SERVICES[name].default_port)
+
+
+# The old name, kept while demo/ (changed elsewhere at the same time) still imports it.
+StackConfig = StackSettings

@@ -24,7 +24,7 @@ from types import TracebackType
 import httpx
 
 from mcprl_common.process import ServiceProcess, free_port
-from mcprl_stack.config import StackConfig
+from mcprl_stack.config import StackSettings
 from mcprl_stack.services import MCP_SERVERS, SERVICES, service_env, start_order
 
 log = logging.getLogger(__name__)
@@ -73,14 +73,14 @@ def log_tail(path: Path, lines: int = 30) -> str:
 
 
 class LocalStack:
-    """The services of one :class:`StackConfig` as local processes.
+    """The services of one :class:`StackSettings` as local processes.
 
-    >>> with LocalStack(StackConfig(services=["mcp-server"])) as stack:
+    >>> with LocalStack(StackSettings(services=["mcp-server"])) as stack:
     ...     stack.urls["mcp-server"]
     """
 
-    def __init__(self, config: StackConfig | None = None) -> None:
-        self.config = config or StackConfig.from_env()
+    def __init__(self, config: StackSettings | None = None) -> None:
+        self.config = config or StackSettings.from_env()
         self.runs_dir = self.config.runs_dir.resolve()
         self.log_dir = self.runs_dir / "logs"
         self.data_dir = self.runs_dir / "data"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mcprl_stack.config import StackConfig
+    from mcprl_stack.config import StackSettings
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,19 @@ def start_order(names: list[str] | tuple[str, ...]) -> list[list[str]]:
     return levels
 
 
-def service_env(name: str, config: StackConfig, urls: dict[str, str], data_dir: Path,
+def _upstream_env(prefix: str, inference: str | None,
+                  served_model: str | None) -> dict[str, str]:
+    """An OpenAI-compatible upstream (``<prefix>BASE_URL``/``MODEL``) pointed at the engine."""
+
+    if not inference:
+        return {}
+    env = {f"{prefix}BASE_URL": f"{inference}/v1"}
+    if served_model:
+        env[f"{prefix}MODEL"] = served_model
+    return env
+
+
+def service_env(name: str, config: StackSettings, urls: dict[str, str], data_dir: Path,
                 served_model: str | None) -> dict[str, str]:
     """The stack's defaults for one service (the user's environment may override them)."""
 
@@ -95,16 +107,10 @@ def service_env(name: str, config: StackConfig, urls: dict[str, str], data_dir: 
         env["INFERENCE_MODEL"] = config.model
     elif name == "scenario-gen":
         env["SCENARIO_GEN_DATA_DIR"] = str(data_dir / "scenarios")
-        if inference:
-            env["GENERATOR_BASE_URL"] = f"{inference}/v1"
-            if served_model:
-                env["GENERATOR_MODEL"] = served_model
+        env.update(_upstream_env("GENERATOR_", inference, served_model))
     elif name == "judge":
         env["JUDGE_CACHE_PATH"] = str(data_dir / "judge-cache.sqlite3")
-        if inference:
-            env["JUDGE_BASE_URL"] = f"{inference}/v1"
-            if served_model:
-                env["JUDGE_MODEL"] = served_model
+        env.update(_upstream_env("JUDGE_", inference, served_model))
     elif name == "trainer":
         env["TRAINER_OUTPUT_DIR"] = str(config.runs_dir.resolve() / "train")
         env["TRAINER_MODEL"] = config.model  # train the weights the engine serves

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from mcprl_common.model_formats import get_model_format
 from mcprl_common.wire import RewardConfig
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -250,6 +251,10 @@ class RunConfig(_Section):
     output_dir: Path = Field(Path("runs"), description="Runs live in <output_dir>/<name>/.")
     model: str = Field(..., description="Base model: local path or HF id (same as the engine's).")
     tokenizer: str | None = Field(None, description="Tokenizer path/id; None = the model's.")
+    model_format: str = Field(
+        "hermes", description="The model's chat format (tool calls, stop tokens, template): a "
+        "name in mcprl_common.model_formats, as the engine's --tool-call-parser."
+    )
     steps: int = Field(8, ge=0, description="GRPO steps of the run.")
     group_size: int = Field(4, ge=2, description="Rollouts per scenario (G).")
     groups_per_step: int = Field(2, ge=1, description="Scenarios per step (S).")
@@ -302,6 +307,7 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _fits(self) -> RunConfig:
+        get_model_format(self.model_format)  # a clear error on an unknown name
         ro = self.rollout
         if ro.max_tokens_per_turn > ro.max_context:
             raise ValueError("rollout.max_tokens_per_turn exceeds rollout.max_context")

@@ -91,6 +91,18 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float((values * mask).sum() / n) if n > 0 else 0.0
 
 
+def _with_kl(per_token: torch.Tensor, inputs: LossInputs, settings: LossSettings,
+             mask: torch.Tensor, metrics: dict[str, float]) -> torch.Tensor:
+    """``per_token`` plus the k3 KL penalty when it is on (and a reference is given); the
+    penalty's mean goes into ``metrics["kl"]``."""
+
+    if settings.kl_coef > 0 and inputs.ref_logprobs is not None:
+        kl = k3_kl(inputs.logprobs, inputs.ref_logprobs)
+        metrics["kl"] = _masked_mean(kl.detach(), mask)
+        return per_token + settings.kl_coef * kl
+    return per_token
+
+
 @register_loss("grpo")
 def grpo_loss(inputs: LossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO with PPO's token-level clipped importance ratio against the sampler's log-probs.
@@ -109,10 +121,7 @@ def grpo_loss(inputs: LossInputs, settings: LossSettings) -> tuple[torch.Tensor,
     clipped_obj = clipped * adv
     per_token = -torch.minimum(unclipped_obj, clipped_obj)
     metrics: dict[str, float] = {}
-    if settings.kl_coef > 0 and inputs.ref_logprobs is not None:
-        kl = k3_kl(inputs.logprobs, inputs.ref_logprobs)
-        per_token = per_token + settings.kl_coef * kl
-        metrics["kl"] = _masked_mean(kl.detach(), mask)
+    per_token = _with_kl(per_token, inputs, settings, mask, metrics)
     loss = aggregate(per_token, mask, settings)
     with torch.no_grad():
         is_clipped = (clipped_obj < unclipped_obj).to(mask.dtype)
@@ -134,10 +143,7 @@ def reinforce_loss(
     adv = inputs.advantages.to(inputs.logprobs.dtype).unsqueeze(-1)
     per_token = -adv * inputs.logprobs
     metrics: dict[str, float] = {}
-    if settings.kl_coef > 0 and inputs.ref_logprobs is not None:
-        kl = k3_kl(inputs.logprobs, inputs.ref_logprobs)
-        per_token = per_token + settings.kl_coef * kl
-        metrics["kl"] = _masked_mean(kl.detach(), mask)
+    per_token = _with_kl(per_token, inputs, settings, mask, metrics)
     loss = aggregate(per_token, mask, settings)
     with torch.no_grad():
         diff = ((inputs.logprobs - inputs.old_logprobs) * mask).abs()

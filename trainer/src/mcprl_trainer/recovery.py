@@ -10,15 +10,13 @@ at once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from mcprl_common.http import RETRY_STATUS, ServiceCallError
+from mcprl_common.retry import RetryPolicy, retry_call
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,29 +63,17 @@ class RetryWindow:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 5.0
 
-    def delay(self, attempt: int) -> float:
-        base = min(self.backoff_initial_s * (2**attempt), self.backoff_max_s)
-        return base * (0.5 + random.random() / 2)
+    @property
+    def policy(self) -> RetryPolicy:
+        """The common retry policy this window is: no cap on attempts, a cap on time."""
+
+        return RetryPolicy(max_retries=None, backoff_initial_s=self.backoff_initial_s,
+                           backoff_max_s=self.backoff_max_s, window_s=self.window_s)
 
     async def call(self, fn: Callable[[], Awaitable[T]], *, what: str,
                    on_retry: Callable[[BaseException], None] | None = None) -> T:
         """``await fn()``, again after each transient failure while the window lasts."""
 
-        first_failure: float | None = None
-        attempt = 0
-        while True:
-            try:
-                return await fn()
-            except Exception as exc:
-                now = time.monotonic()
-                first_failure = first_failure if first_failure is not None else now
-                if not is_transient(exc) or now - first_failure >= self.window_s:
-                    raise
-                wait = min(self.delay(attempt), self.window_s - (now - first_failure))
-                log.warning("%s failed, retrying", what, extra={
-                    "attempt": attempt + 1, "wait_s": round(wait, 2),
-                    "reason": f"{type(exc).__name__}: {exc}"[:300]})
-                if on_retry is not None:
-                    on_retry(exc)
-                attempt += 1
-                await asyncio.sleep(max(wait, 0.0))
+        return await retry_call(
+            fn, self.policy, is_retryable=is_transient, what=what, log_level=logging.WARNING,
+            on_retry=None if on_retry is None else (lambda failed: on_retry(failed.error)))

@@ -10,6 +10,10 @@ The new ids are found by rendering the conversation with the tokenizer's chat te
 (before and after the new messages) and tokenising only the suffix. Message contents go
 through the template as placeholders and are tokenised apart with control tokens split, so
 a tool result containing ``<|im_end|>`` is text to the model, never a turn boundary.
+
+The model format (:mod:`mcprl_common.model_formats`, the same registry the engine reads) says
+how tool calls are read back from sampled text and which tokens end a turn; a tokenizer
+without a chat template gets the format's.
 """
 
 from __future__ import annotations
@@ -19,6 +23,14 @@ import copy
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from mcprl_common.model_formats import (
+    DEFAULT_MODEL_FORMAT,
+    ModelFormat,
+    ParsedAssistant,
+    get_model_format,
+    parse_assistant,
+)
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use characters: never produced by templates
 
@@ -57,12 +69,24 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
 class ChatRenderer:
     """Renders conversations with ``tokenizer``'s chat template into token ids."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, model_format: str = DEFAULT_MODEL_FORMAT) -> None:
         self.tokenizer = tokenizer
+        self.model_format: ModelFormat = get_model_format(model_format)
         self.eos_token_id: int = tokenizer.eos_token_id
         self.eos_text: str = tokenizer.eos_token
         if self.eos_token_id is None or not self.eos_text:
             raise ValueError("the tokenizer needs an eos token (the end of an assistant turn)")
+        # what the engine stops on: the eos first, then the format's other stop tokens
+        extra = self.model_format.stop_token_ids(tokenizer)
+        self.stop_token_ids: list[int] = [self.eos_token_id, *(
+            i for i in dict.fromkeys(extra) if i != self.eos_token_id)]
+        self._chat_template = (None if getattr(tokenizer, "chat_template", None)
+                               else self.model_format.chat_template())
+
+    def parse_assistant(self, text: str) -> ParsedAssistant:
+        """Content and tool calls of a sampled turn's text, read with the format's parser."""
+
+        return parse_assistant(text, self.model_format)
 
     # -- tokenisation ------------------------------------------------------------------------
     def encode_glue(self, text: str) -> list[int]:
@@ -112,7 +136,7 @@ class ChatRenderer:
                 add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
             [_template_message(m) for m in messages], tools=tools or None, tokenize=False,
-            add_generation_prompt=add_generation_prompt,
+            add_generation_prompt=add_generation_prompt, chat_template=self._chat_template,
         )
 
     def initial_prompt(self, messages: list[dict[str, Any]],

@@ -22,7 +22,6 @@ from mcprl_trainer.mcp_tools import COMPLETE_TASK, McpSession, ToolResult
 from mcprl_trainer.policy import SampledTurn
 from mcprl_trainer.records import RolloutResult, TokenRecord, TurnRecord, derive_seed
 from mcprl_trainer.rendering import ChatRenderer
-from mcprl_trainer.toolcalls import parse_assistant
 
 
 class Sampler(Protocol):
@@ -118,7 +117,7 @@ async def run_rollout(
             model, _prefix(record),
             max_tokens=min(settings.max_tokens_per_turn, room),
             temperature=settings.temperature, top_p=settings.top_p,
-            seed=derive_seed(seed, turn), stop_token_ids=[eos],
+            seed=derive_seed(seed, turn), stop_token_ids=renderer.stop_token_ids,
         )
         ids = list(sampled.token_ids)
         turn_rec = TurnRecord(length, ids, list(sampled.logprobs), sampled.finish_reason,
@@ -127,7 +126,8 @@ async def run_rollout(
         length += len(ids)
         ended_with_eos = bool(ids) and ids[-1] == eos
         body = ids[:-1] if ended_with_eos else ids
-        parsed = parse_assistant(renderer.tokenizer.decode(body, skip_special_tokens=False))
+        text = renderer.tokenizer.decode(body, skip_special_tokens=False)
+        parsed = renderer.parse_assistant(text)
         assistant: dict[str, Any] = {"role": "assistant", "content": parsed.content}
         calls = [c for c in parsed.calls if c.error is None]
         if calls:

@@ -276,7 +276,7 @@ class Trainer:
                 lambda: load_scenarios(cfg.scenarios), what="loading the scenarios",
                 on_retry=lambda _: self.metrics.service_retries.labels("scenario-gen").inc())
             runner = GroupRunner(
-                sampler=publisher, renderer=ChatRenderer(tokenizer),
+                sampler=publisher, renderer=ChatRenderer(tokenizer, cfg.model_format),
                 mcp=McpTarget(cfg.mcp.url, cfg.mcp.auth_token.get_secret_value()
                               if cfg.mcp.auth_token else None, cfg.mcp.timeout_s),
                 judge=judge, reward=cfg.reward, concurrency=cfg.rollout.concurrency,

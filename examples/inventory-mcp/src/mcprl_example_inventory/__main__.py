@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from mcprl_common.service_app import run_service
 from mcprl_example_inventory.app import SERVICE, create_app
-from mcprl_example_inventory.settings import Settings
+from mcprl_example_inventory.settings import InventorySettings
 
 
 def main() -> None:
-    settings = Settings()
+    settings = InventorySettings()
     run_service(create_app(settings), settings, SERVICE)
 
 

@@ -15,7 +15,7 @@ from mcprl_common.service_app import add_ops_routes
 from mcprl_example_inventory import __version__
 from mcprl_example_inventory.server import build_mcp
 from mcprl_example_inventory.service import InventoryService
-from mcprl_example_inventory.settings import Settings
+from mcprl_example_inventory.settings import InventorySettings
 
 SERVICE = "inventory-mcp"
 
@@ -39,10 +39,10 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: InventorySettings | None = None) -> FastAPI:
     """Build the app; the DB is created (seeded) here if it does not exist yet."""
 
-    settings = settings or Settings()
+    settings = settings or InventorySettings()
     registry = new_registry()
     service = InventoryService(
         settings.db_path, max_results=settings.max_results,

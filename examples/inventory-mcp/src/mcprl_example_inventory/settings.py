@@ -1,4 +1,4 @@
-"""Settings of the inventory example server (env prefix ``INVENTORY_``)."""
+"""InventorySettings of the inventory example server (env prefix ``INVENTORY_``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from mcprl_common.settings import CsvList, OptionalSecret, ServiceSettings
+from mcprl_common.settings import McpServiceSettings
 
 
-class Settings(ServiceSettings):
+class InventorySettings(McpServiceSettings):
     """Everything the inventory server reads from the environment."""
 
     model_config = SettingsConfigDict(env_prefix="INVENTORY_", extra="ignore")
@@ -36,17 +36,4 @@ class Settings(ServiceSettings):
     )
     busy_timeout_s: float = Field(
         5.0, gt=0, description="How long a write waits for SQLite's lock before failing."
-    )
-    auth_token: OptionalSecret = Field(
-        None, description="Optional bearer token required on /mcp; never logged."
-    )
-    allowed_hosts: CsvList = Field(
-        default_factory=list,
-        description="Extra Host header values accepted on /mcp (comma-separated, wildcards "
-        "allowed, e.g. 'inventory-mcp:*' in compose). Loopback is always allowed.",
-    )
-    allowed_origins: CsvList = Field(
-        default_factory=list,
-        description="Browser Origins accepted on /mcp besides same-origin and loopback "
-        "(comma-separated).",
     )

@@ -47,7 +47,7 @@ from mcprl_inference.engine.sequence import (
 )
 
 log = logging.getLogger(__name__)
-_SEED_MASK = (1 << 63) - 1
+SEED_MASK = (1 << 63) - 1  # seeds are kept to 63 bits (torch generators take int64)
 
 
 @dataclass
@@ -237,7 +237,7 @@ class LLMEngine:
                        future=future)
         for i in range(params.n):
             if params.seed is not None:
-                seed = (params.seed + i * 0x9E3779B97F4A7C15) & _SEED_MASK
+                seed = (params.seed + i * 0x9E3779B97F4A7C15) & SEED_MASK
             else:
                 seed = self._rng.getrandbits(63)
             req.sequences.append(SequenceState(req, i, seed, top_logprobs=(

@@ -278,7 +278,7 @@ def _our_result(resp: httpx.Response) -> Side:
 
 @contextlib.contextmanager
 def _our_judge(base_url: str, model: str, max_tokens: int, workdir: Path) -> Iterator[str]:
-    from mcprl_judge.testing import serve_judge
+    from mcprl_judge.loopback import serve_judge
 
     with serve_judge(base_url=base_url, model=model, temperature=0.0, cache_enabled=False,
                      max_output_tokens=max_tokens, explanation_max_chars=200,
@@ -343,7 +343,7 @@ def _serve(model_path: Path, workdir: Path) -> Iterator[tuple[str, str]]:
 
     from mcprl_inference.app import create_app as engine_app
     from mcprl_inference.settings import InferenceSettings
-    from mcprl_mcp_server.testing import serve_mcp
+    from mcprl_mcp_server.loopback import serve_mcp
 
     with serve_mcp(workdir / "mcp", preset="tutorial") as (mcp_url, _), UvicornThread(
             engine_app(InferenceSettings(model=str(model_path), served_model_name="judge",

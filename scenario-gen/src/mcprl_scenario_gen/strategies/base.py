@@ -18,7 +18,7 @@ from mcprl_common.wire import Scenario
 from mcprl_scenario_gen.errors import UnsupportedServerError
 from mcprl_scenario_gen.mcp_client import McpConnection, ServerInfo
 from mcprl_scenario_gen.quality import Deduplicator, mix_targets, validate
-from mcprl_scenario_gen.settings import JsonSchemaMode, Settings
+from mcprl_scenario_gen.settings import JsonSchemaMode, ScenarioGenSettings
 
 if TYPE_CHECKING:
     from mcprl_scenario_gen.metrics import GenMetrics
@@ -105,7 +105,7 @@ class GenerationContext:
     conn: McpConnection
     server: ServerInfo
     params: GenerationParams
-    settings: Settings
+    settings: ScenarioGenSettings
     upstream: UpstreamSettings | None = None
     metrics: GenMetrics | None = None
     progress: Progress = field(default_factory=Progress)

@@ -1,4 +1,5 @@
-"""The hermes tool-call parser behaves as vLLM's: calls, content before them, never a crash."""
+"""The hermes model format: its parser behaves as vLLM's (calls, content before them, never a
+crash), its template and stop tokens are the ones the engine and the trainer share."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import json
 
 import pytest
 
-from mcprl_inference.tool_parsers import get_tool_parser, tool_parser_names
+from mcprl_common.model_formats import (
+    get_model_format,
+    get_tool_parser,
+    model_format_names,
+    parse_assistant,
+)
 
 
 @pytest.fixture
@@ -62,6 +68,33 @@ def test_malformed_is_whole_text_as_content(parser, text: str) -> None:
 
 
 def test_registry() -> None:
-    assert "hermes" in tool_parser_names()
-    with pytest.raises(ValueError, match="unknown tool-call parser"):
+    assert "hermes" in model_format_names()
+    assert get_tool_parser("hermes") is get_model_format("hermes").parser
+    with pytest.raises(ValueError, match="unknown model format 'nope'"):
         get_tool_parser("nope")
+
+
+def test_template_takes_the_model_default_system() -> None:
+    fmt = get_model_format("hermes")
+    plain = fmt.chat_template()
+    assert "<tool_call>" in plain and "You are a helpful assistant." in plain
+    mine = fmt.chat_template("I am SmolLM.")
+    assert "I am SmolLM." in mine and "You are a helpful assistant." not in mine
+
+
+def test_stop_tokens_are_found_in_the_vocab(tiny_test_model) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_test_model)
+    assert get_model_format("hermes").stop_token_ids(tok) == [tok.eos_token_id]
+
+
+def test_parse_assistant_tells_good_calls_from_malformed() -> None:
+    text = ('Checking.\n<tool_call>\n{"name": "run_query", "arguments": {"sql": "SELECT 1"}}\n'
+            '</tool_call>\n<tool_call>\n{"name": "run_query", "arguments": }\n</tool_call>')
+    parsed = parse_assistant(text)
+    assert parsed.content == "Checking."
+    good, bad = parsed.calls
+    assert good.name == "run_query" and good.arguments == {"sql": "SELECT 1"} and good.error is None
+    assert bad.error is not None and bad.error.startswith("invalid JSON")
+    assert parse_assistant("  just text ").content == "just text"

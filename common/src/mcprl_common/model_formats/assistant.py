@@ -1,12 +1,8 @@
-"""Tool calls in sampled text, read with the engine's own Hermes parser.
+"""An assistant turn read the agent loop's way: its content and, per tool-call block, either a
+call (name and arguments) or why it is malformed (shown to the model as an error tool message).
 
-The trainer and the engine must agree on what counts as a tool call, so the parser lives
-once, in :mod:`mcprl_inference.tool_parsers`; this module only adapts its answer to what the
-agent loop needs: the text content and, per ``<tool_call>`` block, either a call (name and
-arguments) or why it is malformed (shown to the model as an error tool message).
-
-The parser is all-or-nothing (one bad block makes the whole text content, as in vLLM), so
-when it rejects a text that has ``<tool_call>`` blocks, each block is parsed on its own to
+The format's parser is all-or-nothing (one bad block makes the whole text content, as in
+vLLM), so when it rejects a text that has tool-call blocks, each block is parsed on its own to
 tell the good calls from the malformed ones.
 """
 
@@ -17,8 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from mcprl_inference.tool_parsers import ToolParser, get_tool_parser
-from mcprl_inference.tool_parsers.hermes import END, START
+from mcprl_common.model_formats.base import ModelFormat, ToolParser, get_model_format
 
 
 @dataclass(frozen=True)
@@ -34,9 +29,9 @@ class ParsedAssistant:
     calls: list[ParsedCall]
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def _parser(name: str) -> ToolParser:
-    return get_tool_parser(name)(None)
+    return get_model_format(name).parser(None)
 
 
 def _why_malformed(inner: str) -> str:
@@ -49,10 +44,10 @@ def _why_malformed(inner: str) -> str:
     return "could not be parsed"
 
 
-def _blocks(text: str) -> list[str]:
-    """The inner text of each ``<tool_call>`` block (an unclosed last one included)."""
+def _blocks(text: str, start: str, end: str) -> list[str]:
+    """The inner text of each tool-call block (an unclosed last one included)."""
 
-    return [part.split(END, 1)[0].strip() for part in text.split(START)[1:]]
+    return [part.split(end, 1)[0].strip() for part in text.split(start)[1:]]
 
 
 def _to_call(tool_call: Any) -> ParsedCall:
@@ -65,17 +60,19 @@ def _to_call(tool_call: Any) -> ParsedCall:
     return ParsedCall(tool_call.function.name, args)
 
 
-def parse_assistant(text: str, parser: str = "hermes") -> ParsedAssistant:
-    content = text.split(START, 1)[0].strip()
-    if START not in text:
+def parse_assistant(text: str, model_format: str | ModelFormat = "hermes") -> ParsedAssistant:
+    fmt = get_model_format(model_format) if isinstance(model_format, str) else model_format
+    start, end = fmt.tool_call_start, fmt.tool_call_end
+    content = text.split(start, 1)[0].strip()
+    if start not in text:
         return ParsedAssistant(text.strip(), [])
-    p = _parser(parser)
+    p = _parser(fmt.name)
     whole = p.extract_tool_calls(text)
     if whole.tools_called:
         return ParsedAssistant(content, [_to_call(c) for c in whole.tool_calls])
     calls: list[ParsedCall] = []
-    for inner in _blocks(text):
-        one = p.extract_tool_calls(f"{START}\n{inner}\n{END}")
+    for inner in _blocks(text, start, end):
+        one = p.extract_tool_calls(f"{start}\n{inner}\n{end}")
         if one.tools_called and one.tool_calls:
             calls.append(_to_call(one.tool_calls[0]))
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mcprl_stack.config import StackConfig
+from mcprl_stack.config import StackSettings
 from mcprl_stack.runner import LocalStack
 
 PIPELINE_SERVICES = ("mcp-server", "inventory-mcp", "inference", "scenario-gen", "judge")
@@ -44,7 +44,7 @@ def shared_stack(pytest_config: Any, runs_dir: Path, model: Path,
     stack = _STACKS.get(key)
     if stack is not None:
         return stack
-    config = StackConfig(
+    config = StackSettings(
         services=list(services),
         ports=dict.fromkeys(services, 0),
         model=str(model),

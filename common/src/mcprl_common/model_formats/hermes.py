@@ -1,9 +1,10 @@
-"""Hermes-style tool calls (Qwen2.5, Hermes 2 Pro): ``<tool_call>{json}</tool_call>`` blocks.
+"""Hermes tool calls (Qwen2.5, SmolLM2, Hermes 2 Pro): ``<tool_call>{json}</tool_call>`` blocks
+in ChatML turns that end with ``<|im_end|>``.
 
-Behaves as vLLM's ``hermes`` parser: every block (a last unclosed one included) is parsed as
-``{"name": ..., "arguments": {...}}``; arguments are re-serialised as a JSON string; ``content``
-is the text before the first ``<tool_call>`` or ``None`` when empty; if any block fails to
-parse the whole text is returned as content and no tool call is reported.
+The parser behaves as vLLM's ``hermes`` parser: every block (a last unclosed one included) is
+parsed as ``{"name": ..., "arguments": {...}}``; arguments are re-serialised as a JSON string;
+``content`` is the text before the first ``<tool_call>`` or ``None`` when empty; if any block
+fails to parse the whole text is returned as content and no tool call is reported.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import json
 import logging
 import re
 
-from mcprl_inference.api import FunctionCall, ToolCall
-from mcprl_inference.tool_parsers.base import (
+from mcprl_common.model_formats.base import (
     ExtractedToolCalls,
+    ModelFormat,
     ToolParser,
     make_tool_call_id,
-    register_tool_parser,
+    register_model_format,
 )
+from mcprl_common.wire.tool_calls import FunctionCall, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,6 @@ START, END = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
 
 
-@register_tool_parser("hermes")
 class HermesToolParser(ToolParser):
     def extract_tool_calls(self, model_output: str) -> ExtractedToolCalls:
         if START not in model_output:
@@ -43,3 +44,14 @@ class HermesToolParser(ToolParser):
             return ExtractedToolCalls(tools_called=False, content=model_output)
         content = model_output[: model_output.find(START)]
         return ExtractedToolCalls(tools_called=True, tool_calls=calls, content=content or None)
+
+
+HERMES = register_model_format(ModelFormat(
+    name="hermes",
+    parser=HermesToolParser,
+    template_file="hermes.jinja",  # the Qwen2.5 template
+    tool_call_start=START,
+    tool_call_end=END,
+    stop_tokens=("<|im_end|>",),
+    template_default_system="You are a helpful assistant.",
+))

@@ -1,6 +1,6 @@
 """Helpers for tests of the judge and of its clients (the trainer's integration tests).
 
-``serve_judge`` runs a real judge on loopback with the given settings; the trajectory
+(The judge itself on loopback: :func:`mcprl_judge.loopback.serve_judge`.) The trajectory
 builders write the OpenAI-shaped agent transcripts our rollout loop produces;
 ``instant_provider`` stands in for a hosted judge model where a test needs RULER answers
 at once (fuzzing, disk faults) rather than a real model's.
@@ -11,15 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 
 from mcprl_common.process import UvicornThread
 from mcprl_common.wire import Trajectory
-from mcprl_judge.app import create_app
-from mcprl_judge.settings import JudgeSettings
 
 SYSTEM_PROMPT = ("You are a helpful agent with tools to query a company database. List the "
                  "tables, describe them, query, then call complete_task with your answer.")
@@ -65,19 +62,6 @@ def instant_provider(score: float = 0.5) -> Iterator[str]:
 
     with UvicornThread(_instant_provider_app(score)) as server:
         yield f"{server.url}/v1"
-
-
-@contextlib.contextmanager
-def serve_judge(settings: JudgeSettings | None = None, *, port: int | None = None,
-                cache_dir: Path | None = None, **overrides: Any) -> Iterator[str]:
-    """A judge on 127.0.0.1 in a background thread; yields its base URL."""
-
-    if settings is None:
-        if cache_dir is not None:
-            overrides.setdefault("cache_path", cache_dir / "judge-cache.sqlite3")
-        settings = JudgeSettings(**overrides)
-    with UvicornThread(create_app(settings), port=port) as server:
-        yield server.url
 
 
 def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
