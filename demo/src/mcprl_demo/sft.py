@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from mcprl_common.files import make_readable
+from mcprl_trainer.grpo import pack_micro_batches
 from mcprl_trainer.modeling import prefix_cache
 
 log = logging.getLogger(__name__)
@@ -131,22 +132,11 @@ def batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
 
 
 def micro_batches(examples: Sequence[SftExample], idx: list[int], budget: int) -> list[list[int]]:
-    """Split a batch so each forward pass holds at most ``budget`` padded tokens."""
+    """Split a batch so each forward pass holds at most ``budget`` padded tokens: the GRPO
+    update's packing (longest first), over this batch's rows."""
 
-    idx = sorted(idx, key=lambda i: -len(examples[i].input_ids))
-    out: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for i in idx:
-        n = len(examples[i].input_ids)
-        if cur and (len(cur) + 1) * max(longest, n) > budget:
-            out.append(cur)
-            cur, longest = [], 0
-        cur.append(i)
-        longest = max(longest, n)
-    if cur:
-        out.append(cur)
-    return out
+    packed = pack_micro_batches([len(examples[i].input_ids) for i in idx], budget)
+    return [[idx[j] for j in mb] for mb in packed]
 
 
 def collate(examples: Sequence[SftExample], pad_id: int, device: torch.device):
