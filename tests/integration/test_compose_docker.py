@@ -51,8 +51,7 @@ IMAGES = {
     "scenario-gen": {"common": "mcprl_common", "scenario-gen": "mcprl_scenario_gen"},
     "judge": {"common": "mcprl_common", "judge": "mcprl_judge"},
     "inference": {"common": "mcprl_common", "inference": "mcprl_inference"},
-    "trainer": {"common": "mcprl_common", "inference": "mcprl_inference",
-                "trainer": "mcprl_trainer"},
+    "trainer": {"common": "mcprl_common", "trainer": "mcprl_trainer"},  # no engine inside
 }
 TORCH_IMAGES = ("inference", "trainer")
 CPU_IMAGE_LIMIT_MB = 2000
@@ -388,6 +387,11 @@ def test_prometheus_had_every_target_up_and_every_dashboard_query_has_a_series(
         running: ComposeStack, sql_run: dict[str, Any], inventory_run: dict[str, Any]) -> None:
     """Over the whole run (both trainings, the user's failing MCP call included)."""
     with phase("prometheus_checks"):
+        # The RULER step's judge calls are the run's last: the judge counted their tokens,
+        # and Prometheus needs two scrapes of the counter before a rate of it has a value.
+        judge_metrics = httpx.get(running.url("judge") + "/metrics", timeout=10).text
+        assert 'mcprl_judge_upstream_tokens_total{type="prompt"}' in judge_metrics
+        _prometheus_sees(running, "mcprl_judge_upstream_tokens_total")
         jobs = {t["labels"]["job"] for t in
                 _prometheus(running, "/api/v1/targets")["activeTargets"]}
         ups = _prometheus(running, "/api/v1/query", query="max by (job) (max_over_time(up[30m]))")
