@@ -105,9 +105,9 @@ class DemoRun:
         return env
 
     def start_stack(self, model: str):
-        from mcprl_stack import LocalStack, StackConfig
+        from mcprl_stack import LocalStack, StackSettings
 
-        config = StackConfig(
+        config = StackSettings(
             services=STACK_SERVICES, ports=dict.fromkeys(STACK_SERVICES, 0),
             runs_dir=self.out / "stack", model=model, env=self._stack_env(), inherit_env=True,
             health_timeout_s=self.config.demo.health_timeout_s,

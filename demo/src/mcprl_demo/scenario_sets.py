@@ -30,7 +30,7 @@ async def generate_sql_set(
     metadata (which database the answers hold for)."""
 
     from mcprl_scenario_gen.mcp_client import McpConnection
-    from mcprl_scenario_gen.settings import Settings
+    from mcprl_scenario_gen.settings import ScenarioGenSettings
     from mcprl_scenario_gen.split import leaks, split_scenarios
     from mcprl_scenario_gen.store import atomic_write_bytes
     from mcprl_scenario_gen.strategies import GenerationContext, GenerationParams, get_strategy
@@ -42,7 +42,8 @@ async def generate_sql_set(
     async with McpConnection(mcp_url) as conn:
         server = await conn.discover()
         strategy.check_server(server)
-        ctx = GenerationContext(conn=conn, server=server, params=params, settings=Settings(),
+        ctx = GenerationContext(conn=conn, server=server, params=params,
+                                settings=ScenarioGenSettings(),
                                 pool_target=n)
         await strategy.generate(ctx)
     pool = sorted(ctx.accepted, key=lambda s: s.id)

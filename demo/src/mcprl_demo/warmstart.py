@@ -88,10 +88,10 @@ class Services:
 
     def _stack(self, services: list[str], name: str, *, model: str | None = None,
                db_seed: int | None = None):
-        from mcprl_stack import LocalStack, StackConfig
+        from mcprl_stack import LocalStack, StackSettings
 
         sc = self.ws.cfg.scenarios
-        config = StackConfig(
+        config = StackSettings(
             services=services, ports=dict.fromkeys(services, 0),
             runs_dir=self.ws.stack_dir / name, model=model or "models/tiny-learn",
             env={"INFERENCE_LOG_LEVEL": "warning", "MCP_LOG_LEVEL": "warning",

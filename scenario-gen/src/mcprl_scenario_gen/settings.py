@@ -95,6 +95,3 @@ class ScenarioGenSettings(ServiceSettings):
         5.0, ge=0, description="How often a running generation saves its candidates to disk."
     )
 
-
-# The old name, kept while demo/ (changed elsewhere at the same time) still imports it.
-Settings = ScenarioGenSettings

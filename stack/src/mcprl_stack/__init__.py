@@ -7,9 +7,9 @@ thing in both. ``LocalStack(config).start()`` / ``.stop()`` (or ``with LocalStac
 is the Python API; ``mcprl-stack up`` runs until Ctrl-C or SIGTERM.
 """
 
-from mcprl_stack.config import StackConfig, StackSettings
+from mcprl_stack.config import StackSettings
 from mcprl_stack.runner import LocalStack, StackError
 from mcprl_stack.services import SERVICES, ServiceSpec
 
-__all__ = ["SERVICES", "LocalStack", "ServiceSpec", "StackConfig", "StackError", "StackSettings"]
+__all__ = ["SERVICES", "LocalStack", "ServiceSpec", "StackError", "StackSettings"]
 __version__ = "0.1.0"

@@ -106,6 +106,3 @@ class StackSettings(BaseSettings):
     def port_of(self, name: str) -> int:
         return self.ports.get(name, SERVICES[name].default_port)
 
-
-# The old name, kept while demo/ (changed elsewhere at the same time) still imports it.
-StackConfig = StackSettings
