@@ -11,7 +11,9 @@ from fastmcp import Client
 
 from mcprl_mcp_server.loopback import serve_mcp
 
-QUERY_TIMEOUT_S = 0.5
+# Short, so runaway queries are cut quickly, but far above what a cheap query takes on a busy
+# 2-core CI machine (a 1,000-row capped cross join once took over 0.5 s there).
+QUERY_TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="session")
