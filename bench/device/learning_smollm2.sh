@@ -18,11 +18,13 @@ SITE=$HOME/site PARTS=$HOME/parts RUN=$HOME/lr
 GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 export PYTHONPATH=$SITE:$(printf "$PWD/%s/src:" common inference mcp-server scenario-gen judge \
   trainer demo stack) HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-RUN_ARGS=(--device cuda --base-model models/smollm2-135m-instruct
-  --warmstart-config configs/warmstart-smollm2.yaml --trainer-config configs/smollm2.yaml
-  --sft-excludes entities --scenarios 400 --eval-max 48 --sampled-eval 2 --eval-concurrency 48
+# WARM_START=demo/checkpoints/smollm2-warm-start skips the SFT and RL-trains the shipped adapter.
+if [ -n "${WARM_START:-}" ]; then WARM_ARGS=(--warm-start "$WARM_START")
+else WARM_ARGS=(--warmstart-config configs/warmstart-smollm2.yaml --reuse-warmstart-data); fi
+RUN_ARGS=(--device cuda --base-model models/smollm2-135m-instruct "${WARM_ARGS[@]}"
+  --trainer-config configs/smollm2.yaml --sft-excludes entities --scenarios 400 --eval-max 48 --sampled-eval 2 --eval-concurrency 48
   --curve-every 4 --curve-points 5 --arms grpo,shuffled --control-seeds 2 ${EXTRA_ARGS:-}
-  --budget-s "${BUDGET_S:-420}" --stop-grace-s 40 --parallel "${PARALLEL:-5}")
+  --budget-s "${BUDGET_S:-540}" --stop-grace-s 40 --parallel "${PARALLEL:-5}")
 # 7 trainers with 32k-token micro-batches beside the engine ran out of GPU memory at their
 # first update (CUBLAS_STATUS_ALLOC_FAILED); 5 with 8k-token micro-batches peak at ~7 GB each.
 export INFERENCE_MAX_BATCH_SIZE=128 INFERENCE_KV_CACHE_MEMORY_GB=24 \
@@ -44,10 +46,10 @@ start() {
   echo "$GGUF_SHA256  $gguf" | sha256sum -c -
   python3 -m mcprl_inference.base_model --gguf "$gguf" --out models
   mkdir -p "$RUN"
-  [ -d "$PARTS/warmstart" ] && [ ! -d "$RUN/warmstart" ] && cp -r "$PARTS/warmstart" "$RUN/"
-  find "$RUN/warmstart" -name '*.gz' -exec gunzip -f {} +
+  if [ -d "$PARTS/warmstart" ] && [ ! -d "$RUN/warmstart" ]; then cp -r "$PARTS/warmstart" "$RUN/"; fi
+  if [ -d "$RUN/warmstart" ]; then find "$RUN/warmstart" -name '*.gz' -exec gunzip -f {} +; fi
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
-  setsid nohup python3 bench/learning_run.py "${RUN_ARGS[@]}" --reuse-warmstart-data \
+  setsid nohup python3 bench/learning_run.py "${RUN_ARGS[@]}" \
     --out "$RUN" > "$RUN/run.log" 2> "$RUN/progress.log" < /dev/null &
   echo $! > "$RUN/pid"
   echo "started: ${RUN_ARGS[*]}"
