@@ -418,7 +418,8 @@ class LLMEngine:
 
     def _prefill(self, requests: list[EngineRequest], rows: int, reserved: int) -> None:
         t0 = time.perf_counter()
-        self.runner.ensure_capacity(rows, reserved)
+        self.runner.ensure_capacity(rows, reserved, max_length=self.max_model_len,
+                                    budget_tokens=self.kv_budget_tokens)
         self.lora.activate(self._group)
         base = len(self._running)
         slot = base
@@ -493,7 +494,7 @@ class LLMEngine:
         for i, hit in hits.items():
             if hit is not None:
                 requests[i].cached_tokens = hit.tokens
-                rows[i] = self.runner.prefill_extend(requests[i].prompt_ids, slots[i], hit.kv)
+                rows[i] = self.runner.prefill_extend(requests[i].prompt_ids, slots[i], hit.blocks)
         return torch.cat([rows[i] for i in range(len(requests))])
 
     def _followers(self, requests: list[EngineRequest], misses: list[int]) -> set[int]:

@@ -19,6 +19,7 @@ Plans tell ``update`` what the current forward pass is:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -116,19 +117,23 @@ class SlotKVCache:
     def allocated_bytes(self) -> int:
         return 0 if self.kv is None else self.kv.numel() * self.kv.element_size()
 
-    def ensure(self, rows: int, capacity: int) -> bool:
-        """Grow to at least ``rows`` slots of ``capacity`` positions, keeping the content.
+    def ensure(self, rows: int, capacity: int, *, exact: bool = False) -> bool:
+        """Grow to at least ``rows`` slots of ``capacity`` positions, keeping the content
+        (``exact``: exactly ``capacity`` positions, dropping those beyond it).
 
         Returns True when the storage moved (captured CUDA graphs must then be dropped).
         """
 
-        if self.kv is not None and rows <= self.rows and capacity <= self.capacity:
+        if self.kv is not None and rows <= self.rows and (
+                capacity == self.capacity if exact else capacity <= self.capacity):
             return False
-        rows, capacity = max(rows, self.rows), max(capacity, self.capacity)
+        rows = max(rows, self.rows)
+        capacity = capacity if exact else max(capacity, self.capacity)
         new = torch.zeros(self.num_layers, 2, rows, self.num_kv_heads, capacity, self.head_dim,
                           dtype=self.dtype, device=self.device)
         if self.kv is not None:
-            new[:, :, : self.rows, :, : self.capacity].copy_(self.kv)
+            kept = min(capacity, self.capacity)
+            new[:, :, : self.rows, :, :kept].copy_(self.kv[:, :, :, :, :kept])
         self.kv = None  # free before the next allocation can need the memory
         self.kv, self.rows, self.capacity = new, rows, capacity
         self._row_index = torch.arange(rows, device=self.device)
@@ -161,9 +166,16 @@ class SlotKVCache:
         assert self.kv is not None
         return self.kv[:, :, slot, :, :length]
 
-    def write_prefix(self, slot: int, kv: torch.Tensor) -> None:
+    def write_prefix(self, slot: int, blocks: Sequence[torch.Tensor]) -> int:
+        """Copy cached KV blocks into ``slot`` from position 0; returns the positions written."""
+
         assert self.kv is not None
-        self.kv[:, :, slot, :, : kv.shape[3]].copy_(kv)
+        start = 0
+        for block in blocks:
+            end = start + block.shape[3]
+            self.kv[:, :, slot, :, start:end].copy_(block)
+            start = end
+        return start
 
     def clear_plan(self) -> None:
         self._mode, self._slots, self._positions = "none", None, None

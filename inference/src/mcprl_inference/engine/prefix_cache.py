@@ -32,10 +32,17 @@ class _Block:
 
 @dataclass(frozen=True)
 class PrefixHit:
-    """The cached start of a prompt: ``tokens`` positions, their KV in ``kv``."""
+    """The cached start of a prompt: ``tokens`` positions, their KV block by block (each
+    ``[layers, 2, kv_heads, block_size, head_dim]``), copied into a slot without a concat."""
 
     tokens: int
-    kv: torch.Tensor  # [layers, 2, kv_heads, tokens, head_dim]
+    blocks: tuple[torch.Tensor, ...]
+
+    @property
+    def kv(self) -> torch.Tensor:
+        """The blocks as one ``[layers, 2, kv_heads, tokens, head_dim]`` tensor."""
+
+        return torch.cat(self.blocks, dim=3)
 
 
 class PrefixCache:
@@ -95,7 +102,7 @@ class PrefixCache:
             return None
         tokens = len(found) * self.block_size
         self.hit_tokens += tokens
-        return PrefixHit(tokens, torch.cat(found, dim=3))
+        return PrefixHit(tokens, tuple(found))
 
     def store(self, adapter: Hashable, tokens: Sequence[int], kv: torch.Tensor) -> int:
         """Keep the full blocks of ``tokens`` whose KV is ``kv`` ``[layers, 2, kv_heads, >=len,
