@@ -74,14 +74,14 @@ def test_example_configs_are_valid(repo_root) -> None:
         assert cfg.steps > 0 and cfg.group_size >= 2
 
 
-def test_init_adapter_must_be_an_adapter_and_excludes_kl(tmp_path) -> None:
+def test_init_adapter_must_be_an_adapter(tmp_path) -> None:
     from mcprl_trainer.config import LoraSettings, RunConfig
 
     with pytest.raises(ValidationError, match=r"adapter_config\.json"):
         LoraSettings(init_adapter=tmp_path)
     (tmp_path / "adapter_config.json").write_text("{}")
     assert LoraSettings(init_adapter=tmp_path).init_adapter == tmp_path
-    with pytest.raises(ValidationError, match="KL reference"):
-        RunConfig.model_validate({"model": "m", "scenarios": {"url": "http://x", "set_id": "s"},
-                                  "lora": {"init_adapter": str(tmp_path)},
-                                  "train": {"kl_coef": 0.1}})
+    cfg = RunConfig.model_validate({"model": "m", "scenarios": {"url": "http://x", "set_id": "s"},
+                                    "lora": {"init_adapter": str(tmp_path)},
+                                    "train": {"kl_coef": 0.1}})  # KL to the warm start
+    assert cfg.train.kl_coef == 0.1

@@ -221,3 +221,46 @@ def test_kl_to_base_is_zero_at_start_and_grows(tiny_test_model, prompt) -> None:
     with model.disable_adapter():
         base = _first_token_probs(model, prompt)
     assert not torch.allclose(_first_token_probs(model, prompt), base)
+
+
+def test_kl_to_the_warm_start_when_there_is_one(tiny_test_model, prompt, tmp_path) -> None:
+    """With ``lora.init_adapter`` the KL reference is that warm start, frozen: 0 at the first
+    step although the warm start is far from the base, positive once the policy moved; the
+    reference never trains and the saved adapter is the trained one alone."""
+
+    from mcprl_trainer.modeling import REFERENCE_ADAPTER, attach_reference, reference_policy
+
+    warm = _policy(tiny_test_model, seed=5)
+    for name, p in warm.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.05)  # a warm start that is not the base
+    warm.save_pretrained(str(tmp_path / "warm"))
+    torch.manual_seed(0)
+    model = load_policy(str(tiny_test_model), LoraSettings(init_adapter=tmp_path / "warm"),
+                        TrainConfig())
+    attach_reference(model, tmp_path / "warm")
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters()
+              if f".{REFERENCE_ADAPTER}." in n}
+    assert frozen and not any(p.requires_grad for n, p in model.named_parameters()
+                              if n in frozen)
+    updater = GRPOUpdater(model, TrainConfig(lr=1e-2, kl_coef=0.1), 0)
+    gen = torch.Generator().manual_seed(2)
+    kls = []
+    for _ in range(3):
+        comps = _sample(model, prompt, 4, 2, gen)
+        kls.append(updater.step(_samples(prompt, comps, [1.0, 0.0, 0.0, 1.0]))["kl"])
+    assert kls[0] == pytest.approx(0.0, abs=1e-7)
+    assert kls[-1] > 1e-6
+    for n, p in model.named_parameters():
+        if n in frozen:
+            assert torch.equal(p, frozen[n]) and not p.requires_grad
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert trained and all(p.grad is None for p in trained)
+    with reference_policy(model):
+        reference = _first_token_probs(model, prompt)
+    with model.disable_adapter():
+        base = _first_token_probs(model, prompt)
+    assert not torch.allclose(reference, base)  # the reference is the warm start, not the base
+    assert not torch.allclose(_first_token_probs(model, prompt), reference)
+    model.save_pretrained(str(tmp_path / "out"), selected_adapters=["default"])
+    assert not (tmp_path / "out" / REFERENCE_ADAPTER).exists()

@@ -175,7 +175,9 @@ class TrainConfig(_Section):
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
     clip_eps: float = Field(0.2, gt=0, description="PPO clip: ratio kept in [1-eps, 1+eps_high].")
     clip_eps_high: float | None = Field(None, gt=0, description="Upper clip; None = clip_eps.")
-    kl_coef: float = Field(0.0, ge=0, description="KL(policy || base) weight (k3); 0 = off.")
+    kl_coef: float = Field(0.0, ge=0, description="KL(policy || reference) weight (k3); 0 = "
+                           "off. The reference is the warm start (lora.init_adapter) if set, "
+                           "else the base model.")
     loss_aggregation: Literal["token_mean", "seq_mean"] = Field(
         "token_mean", description="Mean over all tokens of the step, or per sequence first."
     )
@@ -313,9 +315,6 @@ class RunConfig(_Section):
             raise ValueError("rollout.max_tokens_per_turn exceeds rollout.max_context")
         if ro.min_tokens_per_turn > ro.max_tokens_per_turn:
             raise ValueError("rollout.min_tokens_per_turn exceeds rollout.max_tokens_per_turn")
-        if self.lora.init_adapter is not None and self.train.kl_coef > 0:
-            raise ValueError("train.kl_coef > 0 with lora.init_adapter: the KL reference would "
-                             "be the bare base model, not the warm start; not supported")
         return self
 
     def dump_yaml(self) -> str:

@@ -17,7 +17,7 @@ import torch
 
 from mcprl_trainer.config import TrainConfig
 from mcprl_trainer.loss import LossInputs, LossSettings, get_loss
-from mcprl_trainer.modeling import token_logprobs
+from mcprl_trainer.modeling import reference_policy, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ class GRPOUpdater:
             ids, attn, mask, old, adv = _collate(rows, self.pad_token_id, self.device)
             ref = None
             if cfg.kl_coef > 0:
-                with torch.no_grad(), self._autocast(), self.model.disable_adapter():
+                with torch.no_grad(), self._autocast(), reference_policy(self.model):
                     ref = token_logprobs(self.model, ids, attn, mask,
                                          shared_prefix=self.shared_prefix)
             with self._autocast():

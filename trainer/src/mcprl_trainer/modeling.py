@@ -12,7 +12,9 @@ gradients are those of the full pass; the work on the shared span is paid once, 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -48,6 +50,41 @@ def load_base_model(path: str, device: torch.device, dtype: torch.dtype):
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model.to(device)
+
+
+REFERENCE_ADAPTER = "reference"  # the frozen warm start: the KL reference when there is one
+
+
+def attach_reference(model, path: Path) -> None:
+    """Load the warm-start adapter a second time, frozen, as the KL reference: KL to the
+    bare base would pull a fine-tuned policy back past its own warm start."""
+
+    model.load_adapter(str(path), adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+    model.set_adapter("default")  # the trained adapter stays the active one
+    for name, param in model.named_parameters():
+        if f".{REFERENCE_ADAPTER}." in name:
+            param.requires_grad_(False)
+
+
+@contextlib.contextmanager
+def reference_policy(model) -> Iterator[None]:
+    """Forward passes inside run the KL reference: the frozen warm start when
+    :func:`attach_reference` loaded one, else the base model (adapter disabled)."""
+
+    if REFERENCE_ADAPTER not in getattr(model, "peft_config", {}):
+        with model.disable_adapter():
+            yield
+        return
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    model.set_adapter(REFERENCE_ADAPTER)
+    try:
+        yield
+    finally:
+        model.set_adapter("default")
+        for param in model.parameters():  # set_adapter re-marks what trains
+            param.requires_grad_(False)
+        for param in trainable:
+            param.requires_grad_(True)
 
 
 def attach_lora(model, lora: LoraSettings, adapter_path: Path | None = None):

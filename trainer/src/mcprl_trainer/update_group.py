@@ -26,7 +26,7 @@ from mcprl_trainer.checkpoint import TRAINER_STATE_FILE
 from mcprl_trainer.config import RunConfig
 from mcprl_trainer.distributed import DistContext, broadcast_object, rank_device, shard_policy
 from mcprl_trainer.grpo import GRPOUpdater, TrainSample
-from mcprl_trainer.modeling import load_policy, resolve_device
+from mcprl_trainer.modeling import attach_reference, load_policy, resolve_device
 
 log = logging.getLogger(__name__)
 DCP_DIR = "dcp"
@@ -155,6 +155,11 @@ class UpdateGroup:
         train = cfg.train.model_copy(update={"device": str(device)})
         torch.manual_seed(cfg.seed)  # the same fresh LoRA on every rank
         model = load_policy(cfg.model, cfg.lora, train, adapter_path=adapter_path)
+        if cfg.train.kl_coef > 0 and cfg.lora.init_adapter is not None:
+            if self.dist.enabled:
+                raise ValueError("train.kl_coef > 0 with lora.init_adapter (KL to the warm "
+                                 "start) runs on one process only, not under torchrun")
+            attach_reference(model, cfg.lora.init_adapter)  # also on resume: the warm start
         if self.dist.enabled:
             model = shard_policy(model)
         self.model = model
@@ -187,6 +192,6 @@ class UpdateGroup:
             full = self._do_adapter_state()
             if self.dist.is_main:
                 self.model.save_pretrained(str(out), state_dict=full)
-        else:
-            self.model.save_pretrained(str(out))
+        else:  # the trained adapter alone, not the frozen KL reference beside it
+            self.model.save_pretrained(str(out), selected_adapters=["default"])
         save_sharded(self.model, self.updater.optimizer, out / DCP_DIR)
