@@ -32,8 +32,9 @@ ROWS: list[tuple[str, list[Panel]]] = [
          "Share of rollouts judged successful; eval uses the verifiable answer where known."),
         ("Loss", "none", "timeseries", [("mcprl_trainer_loss", "policy loss")],
          "GRPO policy loss of the last update."),
-        ("KL to base", "none", "timeseries", [("mcprl_trainer_kl", "KL (k3)")],
-         "KL(policy || base) per trained token; 0 when the KL term is off."),
+        ("KL to the reference", "none", "timeseries", [("mcprl_trainer_kl", "KL (k3)")],
+         "KL(policy || reference: the warm start, else the base) per trained token; 0 when "
+         "the KL term is off."),
         ("Clip fraction", "percentunit", "timeseries", [
             ("mcprl_trainer_clip_fraction", "clipped tokens")],
          "Share of trained tokens whose importance ratio was clipped."),

@@ -24,7 +24,7 @@ STEP_GAUGES: dict[str, tuple[str, str]] = {
     "adv_std": ("mcprl_trainer_advantage_std", "Std of advantages of trained rollouts."),
     "adv_abs_mean": ("mcprl_trainer_advantage_abs_mean", "Mean |advantage| of trained rollouts."),
     "loss": ("mcprl_trainer_loss", "Policy loss of the last update."),
-    "kl": ("mcprl_trainer_kl", "KL(policy || base) per trained token (k3), last update."),
+    "kl": ("mcprl_trainer_kl", "KL(policy || reference) per trained token (k3), last update."),
     "clip_fraction": ("mcprl_trainer_clip_fraction", "Fraction of trained tokens clipped."),
     "grad_norm": ("mcprl_trainer_grad_norm", "Gradient L2 norm before clipping."),
     "logprob_diff_abs": ("mcprl_trainer_logprob_mismatch",
