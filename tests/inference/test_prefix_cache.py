@@ -81,6 +81,28 @@ def test_a_group_shares_its_prompt_and_n_siblings_stay_exact(engine, ref_logprob
         assert seq.logprobs == pytest.approx(ref_logprobs(prompt, seq.token_ids), abs=1e-4)
 
 
+def test_a_burst_prefills_its_shared_start_once(tiny_test_model: Path, ref_logprobs) -> None:
+    """Rollouts that arrive together with one system prompt: the first runs it, the others
+    find it in the cache within the same admission, and every log-prob stays exact."""
+
+    eng = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(max_batch_size=8,
+                                                                        max_model_len=512))
+    prompts = [[*SYSTEM, 800 + i, 801] for i in range(5)]
+    futures = [eng.add_request(p, SamplingParams(max_tokens=6, ignore_eos=True, seed=i))
+               for i, p in enumerate(prompts)]  # queued before the loop runs: one admission
+    eng.start()
+    try:
+        outs = [f.result(60) for f in futures]
+    finally:
+        eng.shutdown()
+    assert eng.stats.prefill_batches == 1
+    assert [o.cached_tokens for o in outs] == [0, 64, 64, 64, 64]
+    assert eng.prefix_cache.query_tokens == sum(len(p) for p in prompts)
+    for prompt, out in zip(prompts, outs, strict=True):
+        seq = out.outputs[0]
+        assert seq.logprobs == pytest.approx(ref_logprobs(prompt, seq.token_ids), abs=1e-4)
+
+
 def test_same_outputs_with_the_cache_off(tiny_test_model: Path, engine) -> None:
     prompts = [[*SYSTEM, 300 + i] + [400 + j for j in range(3 * i)] for i in range(6)]
     off = _engine(tiny_test_model, enable_prefix_caching=False)

@@ -464,22 +464,53 @@ class LLMEngine:
 
     def _prefill_logits(self, requests: list[EngineRequest], slots: list[int]) -> torch.Tensor:
         """Logits after each prompt: prompts with a cached start run only their rest, one by
-        one; the others are prefilled together."""
+        one; the others are prefilled together.
+
+        Prompts admitted together that share an uncached start (a burst of rollouts with one
+        system prompt) would each prefill it: one of them, the leader, runs first and leaves
+        its prompt in the cache, so the others find their shared start there."""
 
         adapter = self.lora.key(self._group)
-        hits = {i: self.prefix_cache.lookup(adapter, r.prompt_ids)
-                for i, r in enumerate(requests)}
+        cache = self.prefix_cache
+        hits = {i: cache.lookup(adapter, r.prompt_ids) for i, r in enumerate(requests)}
         rows: dict[int, torch.Tensor] = {}
         misses = [i for i, hit in hits.items() if hit is None]
-        if misses:
-            out = self.runner.prefill([requests[i].prompt_ids for i in misses],
-                                      [slots[i] for i in misses])
-            rows.update({i: out[j:j + 1] for j, i in enumerate(misses)})
+        followers = self._followers(requests, misses) if cache.enabled else set()
+        leaders = [i for i in misses if i not in followers]
+        if leaders:
+            out = self.runner.prefill([requests[i].prompt_ids for i in leaders],
+                                      [slots[i] for i in leaders])
+            rows.update({i: out[j:j + 1] for j, i in enumerate(leaders)})
+        if followers:
+            for i in leaders:
+                prompt = requests[i].prompt_ids
+                cache.store(adapter, prompt, self.runner.cache.slot_kv(slots[i], len(prompt)))
+            for i in sorted(followers):
+                hit = cache.lookup(adapter, requests[i].prompt_ids, again=True)
+                if hit is None:  # evicted meanwhile (a tiny cache): a full prefill of its own
+                    rows[i] = self.runner.prefill([requests[i].prompt_ids], [slots[i]])
+                hits[i] = hit
         for i, hit in hits.items():
             if hit is not None:
                 requests[i].cached_tokens = hit.tokens
                 rows[i] = self.runner.prefill_extend(requests[i].prompt_ids, slots[i], hit.kv)
         return torch.cat([rows[i] for i in range(len(requests))])
+
+    def _followers(self, requests: list[EngineRequest], misses: list[int]) -> set[int]:
+        """The misses whose first cache block another, earlier miss also starts with."""
+
+        bs = self.prefix_cache.block_size
+        seen: set[tuple[int, ...]] = set()
+        followers: set[int] = set()
+        for i in misses:
+            prompt = requests[i].prompt_ids
+            if len(prompt) <= bs:  # no full block would be served from the cache
+                continue
+            first = tuple(prompt[:bs])
+            if first in seen:
+                followers.add(i)
+            seen.add(first)
+        return followers
 
     def _remember(self, finished: list[SequenceState]) -> None:
         """Keep the KV of finished sequences for later prompts (before their slots are

@@ -73,13 +73,16 @@ class PrefixCache:
             yield key, parent, block
             parent = key
 
-    def lookup(self, adapter: Hashable, prompt: Sequence[int]) -> PrefixHit | None:
+    def lookup(self, adapter: Hashable, prompt: Sequence[int], *, again: bool = False
+               ) -> PrefixHit | None:
         """The longest cached start of ``prompt``, leaving at least its last token to run
-        (the model must produce the logits that follow the prompt)."""
+        (the model must produce the logits that follow the prompt). ``again``: a second
+        look for the same prompt, whose tokens were already counted as looked up."""
 
         if not self.enabled:
             return None
-        self.query_tokens += len(prompt)
+        if not again:
+            self.query_tokens += len(prompt)
         found: list[torch.Tensor] = []
         for key, parent, block in self._chain(adapter, prompt,
                                               (len(prompt) - 1) // self.block_size):
