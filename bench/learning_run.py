@@ -70,7 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning_report as report  # noqa: E402
 import yaml  # noqa: E402
 
-from mcprl_common.process import ServiceProcess, free_port  # noqa: E402
+from mcprl_stack import LocalStack, StackSettings  # noqa: E402
 from mcprl_trainer.config import set_path  # noqa: E402
 
 DB_SEED = 42
@@ -119,57 +119,55 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 # -- services ---------------------------------------------------------------------------------
 class Services:
-    """The loopback services, as ``python -m`` children (no console scripts needed), each in
-    its own process group and stopped when the run ends. Also the demo recipe's service
-    provider (``mcp_url(db_seed)``) when the warm start is built here."""
+    """The loopback services, each a ``mcprl_stack.LocalStack`` on free ports (the stack's
+    launcher: console scripts, else ``python -m``; a process group each) stopped when the
+    run ends. Also the demo recipe's service provider (``mcp_url(db_seed)``) when the warm
+    start is built here."""
 
     def __init__(self, out: Path, exits: ExitStack, env: dict[str, str]) -> None:
         self.out = out
         self.exits = exits
-        self.env = env
+        self.env = env  # what every service gets on top of this process's environment
         self._mcp: dict[int, str] = {}
 
-    def start(self, name: str, module: str, env: dict[str, str], health: str,
-              timeout_s: float = 300.0) -> str:
-        port = free_port()
-        prefix = {"mcp": "MCP_", "inference": "INFERENCE_", "judge": "JUDGE_"}[name.split("-")[0]]
-        url = f"http://127.0.0.1:{port}"
-        proc = ServiceProcess(name, [sys.executable, "-m", module],
-                              env={**self.env, **env, f"{prefix}HOST": "127.0.0.1",
-                                   f"{prefix}PORT": str(port)},
-                              health_url=url + health, log_path=self.out / "logs" / f"{name}.log",
-                              cwd=ROOT)
-        proc.start(timeout_s)
-        self.exits.callback(proc.stop)
-        return url
+    def start(self, services: list[str], runs_dir: Path, env: dict[str, str], *,
+              model: str = "models/tiny-learn", timeout_s: float = 300.0) -> LocalStack:
+        """One stack: logs in ``runs_dir/logs/<service>.log``; ``env`` wins over the stack's
+        wiring defaults and the caller's environment."""
+
+        stack = LocalStack(StackSettings(
+            services=services, ports=dict.fromkeys(services, 0), runs_dir=runs_dir,
+            model=model, env={**self.env, **env}, inherit_env=False,
+            health_timeout_s=timeout_s))
+        stack.start()
+        self.exits.callback(stack.stop)
+        return stack
 
     def mcp_url(self, db_seed: int | None = None) -> str:
         seed = DB_SEED if db_seed is None else db_seed
         if seed not in self._mcp:
             data = self.out / "data"
             data.mkdir(parents=True, exist_ok=True)
-            url = self.start(f"mcp-server-{seed}", "mcprl_mcp_server",
-                             {"MCP_DB_PRESET": "default", "MCP_DB_SEED": str(seed),
-                              "MCP_DB_PATH": str(data / f"company-{seed}.db"),
-                              "MCP_LOG_LEVEL": "warning"}, "/healthz")
-            self._mcp[seed] = url + "/mcp"
+            stack = self.start(["mcp-server"], self.out / "stack" / f"mcp-db{seed}",
+                               {"MCP_DB_PRESET": "default", "MCP_DB_SEED": str(seed),
+                                "MCP_DB_PATH": str(data / f"company-{seed}.db"),
+                                "MCP_LOG_LEVEL": "warning"})
+            assert stack.mcp_url is not None
+            self._mcp[seed] = stack.mcp_url
         return self._mcp[seed]
 
     def engine(self, model: Path, device: str, max_loras: int) -> tuple[str, str]:
-        url = self.start("inference", "mcprl_inference",
-                         {"INFERENCE_MODEL": str(model), "INFERENCE_DEVICE": device,
-                          "INFERENCE_MAX_LORAS": str(max_loras),
-                          "INFERENCE_LOG_LEVEL": "warning"}, "/health", timeout_s=600)
-        import httpx
-
-        served = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
-        return url + "/v1", served
+        stack = self.start(["inference"], self.out,
+                           {"INFERENCE_DEVICE": device, "INFERENCE_MAX_LORAS": str(max_loras),
+                            "INFERENCE_LOG_LEVEL": "warning"}, model=str(model), timeout_s=600)
+        return stack.urls["inference"] + "/v1", stack.served_model or str(model)
 
     def judge(self, engine_url: str, served: str) -> str:
-        return self.start("judge", "mcprl_judge",
-                          {"JUDGE_BASE_URL": engine_url, "JUDGE_MODEL": served,
-                           "JUDGE_CACHE_PATH": str(self.out / "data" / "judge-cache.sqlite3"),
-                           "JUDGE_LOG_LEVEL": "warning"}, "/healthz")
+        stack = self.start(["judge"], self.out,
+                           {"JUDGE_BASE_URL": engine_url, "JUDGE_MODEL": served,
+                            "JUDGE_CACHE_PATH": str(self.out / "data" / "judge-cache.sqlite3"),
+                            "JUDGE_LOG_LEVEL": "warning"})
+        return stack.urls["judge"]
 
 
 # -- scenarios and warm start ---------------------------------------------------------------
@@ -524,9 +522,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     base_trainer = base_trainer_config(args)
     threads = max(1, (os.cpu_count() or 2) // (args.parallel + 1)) if args.device == "cpu" else 2
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads),
-           "PYTHONPATH": os.pathsep.join([*map(str, SRC_DIRS), os.environ.get("PYTHONPATH", "")])}
+    extra = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+             "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads),
+             "PYTHONPATH": os.pathsep.join([*map(str, SRC_DIRS),
+                                            os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, **extra}  # the trainers' environment
     for var in ("POLICY_BASE_URL", "POLICY_MODEL", "MCP_URL", "JUDGE_URL", "SCENARIO_GEN_URL"):
         env.pop(var, None)  # the trainer is wired by its YAML only
     env = {k: v for k, v in env.items() if not k.startswith("TRAINER_")}
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         return now
 
     with ExitStack() as exits:
-        services = Services(args.out, exits, env)
+        services = Services(args.out, exits, extra)
         mark = time.monotonic()
         set_id, train, val = make_scenarios(services, args.out, args.scenarios, args.seed,
                                             args.val_fraction)

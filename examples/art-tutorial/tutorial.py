@@ -45,7 +45,7 @@ from mcprl_art.scenarios import load_art_scenarios, store_art_scenarios
 from mcprl_common.wire import Scenario
 from mcprl_scenario_gen.store import ScenarioStore
 from mcprl_stack.config import StackSettings
-from mcprl_stack.runner import LocalStack, script_command
+from mcprl_stack.local_stack import LocalStack, script_command
 from mcprl_trainer.batch import build_step_batch
 from mcprl_trainer.checkpoint import save_checkpoint
 from mcprl_trainer.config import RunConfig

@@ -13,8 +13,8 @@ from rich.console import Console
 
 from mcprl_demo.cli import main
 from mcprl_demo.config import load_demo_config
+from mcprl_demo.demo_run import DemoRun
 from mcprl_demo.display import results_table, wilson_interval
-from mcprl_demo.runner import DemoRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

@@ -40,8 +40,8 @@ def test_no_service_imports_the_art_side() -> None:
 
 def test_services_load_without_art_in_the_process() -> None:
     code = ("import sys\n"
-            "import mcprl_judge.app, mcprl_trainer.runner, mcprl_scenario_gen.app, "
-            "mcprl_inference.app, mcprl_mcp_server.app, mcprl_stack.runner\n"
+            "import mcprl_judge.app, mcprl_trainer.trainer, mcprl_scenario_gen.app, "
+            "mcprl_inference.app, mcprl_mcp_server.app, mcprl_stack.local_stack\n"
             f"print(sorted(m for m in {sorted(ART_SIDE)!r} if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=100, check=True, cwd=REPO)

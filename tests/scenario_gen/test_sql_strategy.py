@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mcprl_scenario_gen.pipeline import new_manifest, run_generation
+from mcprl_scenario_gen.pipeline import generate_pool, new_manifest, run_generation
 from mcprl_scenario_gen.split import leaks
 from mcprl_scenario_gen.store import ScenarioStore
 from mcprl_scenario_gen.strategies import GenerationParams
@@ -98,6 +98,21 @@ async def test_same_seed_same_set_other_seed_other_set(company, settings) -> Non
     dump = lambda items: [(s.id, s.task, s.ground_truth.value) for s in items]  # noqa: E731
     assert dump(a_train) == dump(b_train) and dump(a_val) == dump(b_val)
     assert {s.id for s in a_train + a_val} != {s.id for s in c_train + c_val}
+
+
+async def test_generate_pool_is_the_unselected_candidates(company, settings) -> None:
+    """The pool a caller splits itself (the warm start): every accepted candidate, sorted by
+    id, deterministic for a seed; the stored set is a selection from the same candidates."""
+
+    url, _ = company
+    params = GenerationParams(mcp_url=url, strategy="sql", n=40, seed=7)
+    pool, server = await generate_pool(params, settings=settings, pool_target=50)
+    again, _ = await generate_pool(params, settings=settings, pool_target=50)
+    assert len(pool) >= 50 and [s.id for s in pool] == sorted(s.id for s in pool)
+    assert [s.id for s in pool] == [s.id for s in again] and "run_query" in server.tool_names
+    train, val, _ = await _generate(url, settings, n=40, seed=7)
+    assert {s.task for s in train + val} <= {s.task for s in (await generate_pool(
+        params, settings=settings))[0]}
 
 
 @pytest.mark.parametrize("templates,entities", [(True, False), (False, True), (True, True)])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mcprl_stack.config import StackSettings
-from mcprl_stack.runner import LocalStack
+from mcprl_stack.local_stack import LocalStack
 from mcprl_stack.services import SERVICES, start_order
 
 pytestmark = pytest.mark.timeout(30)

@@ -53,6 +53,25 @@ def test_env_overrides_yaml(tmp_path) -> None:
     assert again.steps == 20 and again.lora.target_modules == ["q_proj", "v_proj"]
 
 
+def test_precedence_overrides_then_trainer_env_then_aliases_then_yaml(tmp_path,
+                                                                     monkeypatch) -> None:
+    from mcprl_trainer.config import RunConfig
+
+    path = _write(tmp_path, {**MINIMAL, "steps": 3, "policy": {"base_url": "http://yaml/v1"},
+                             "train": {"clip_eps_high": 0.3}})
+    env = {"POLICY_BASE_URL": "http://alias/v1", "TRAINER_POLICY__BASE_URL": "http://t/v1",
+           "TRAINER_STEPS": "5", "TRAINER_TRAIN__CLIP_EPS_HIGH": "null"}
+    cfg = load_config(path, env=env, overrides={"steps": 9})
+    assert (cfg.steps, cfg.policy.base_url, cfg.train.clip_eps_high) == (9, "http://t/v1", None)
+    assert load_config(path, env={"POLICY_BASE_URL": "http://alias/v1"}).policy.base_url \
+        == "http://alias/v1"
+    assert load_config(path, env={"POLICY_BASE_URL": ""}).policy.base_url == "http://yaml/v1"
+    monkeypatch.setenv("TRAINER_STEPS", "11")
+    assert load_config(path).steps == 11  # the process environment when none is given
+    # A config built from values reads no environment.
+    assert RunConfig.model_validate(MINIMAL).steps == RunConfig(**MINIMAL).steps == 8
+
+
 @pytest.mark.parametrize("bad, match", [
     ({"group_size": 1}, "group_size"),
     ({"train": {"loss_aggregation": "sum"}}, "loss_aggregation"),

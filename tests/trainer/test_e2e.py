@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from mcprl_common.process import free_port
 from mcprl_trainer.config import RunConfig
-from mcprl_trainer.runner import RunExistsError, Trainer
+from mcprl_trainer.trainer import RunExistsError, Trainer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -15,7 +15,7 @@ import pytest
 from mcprl_common.process import ServiceProcess, free_port, wait_healthy
 from mcprl_trainer.config import RunConfig
 from mcprl_trainer.metrics import TrainerMetrics
-from mcprl_trainer.runner import Trainer
+from mcprl_trainer.trainer import Trainer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

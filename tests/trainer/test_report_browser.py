@@ -118,7 +118,7 @@ def trained_run(stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from mcprl_common.process import UvicornThread, wait_healthy
     from mcprl_inference.app import create_app as engine_app
     from mcprl_inference.settings import InferenceSettings
-    from mcprl_trainer.runner import Trainer
+    from mcprl_trainer.trainer import Trainer
 
     if not (WARM_START / "config.json").exists():
         pytest.fail(f"{WARM_START} is missing (it ships with the repo; make warm-start)")

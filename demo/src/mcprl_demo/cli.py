@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         console.print(f"[red]invalid demo config {args.config}: {exc}[/]")
         return 2
+    from mcprl_demo.demo_run import DemoError, DemoRun
     from mcprl_demo.display import RichEvents, print_summary
-    from mcprl_demo.runner import DemoError, DemoRun
 
     mode = ("hosted judge (RULER) + llm scenarios" if config.hosted
             else "local: sql scenarios + verifiable judge")

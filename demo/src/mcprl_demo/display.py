@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mcprl_demo.runner import DemoOutcome, Events
+from mcprl_demo.demo_run import DemoOutcome, Events
 
 # Rates shown with a 95% interval: (rate key, the count it is a share of).
 RATE_DENOMINATORS = {"success_rate": "n", "tool_error_rate": "tool_calls"}

@@ -1,8 +1,9 @@
 """``sql`` scenario sets for the warm start, made by scenario-gen's own strategy and split.
 
 The warm start wants *many* train scenarios (every template with many entities) and a
-val split whose entities were never seen in training, so it drives scenario-gen's library
-directly: the ``sql`` strategy over a live MCP session, then its leakage-free split. The set is
+val split whose entities were never seen in training, so it skips scenario-gen's selection:
+its pipeline's candidate pool (``generate_pool``: the ``sql`` strategy over a live MCP
+session), all of it through scenario-gen's leakage-free split. The set is
 written in the layout the trainer reads (``<dir>/{train,val}.jsonl``) and is deterministic
 for a seed and a database.
 """
@@ -29,24 +30,16 @@ async def generate_sql_set(
     """Generate, split and write one set; ``db_seed`` is recorded in each scenario's
     metadata (which database the answers hold for)."""
 
-    from mcprl_scenario_gen.mcp_client import McpConnection
+    from mcprl_scenario_gen.pipeline import generate_pool
     from mcprl_scenario_gen.settings import ScenarioGenSettings
     from mcprl_scenario_gen.split import leaks, split_scenarios
     from mcprl_scenario_gen.store import atomic_write_bytes
-    from mcprl_scenario_gen.strategies import GenerationContext, GenerationParams, get_strategy
+    from mcprl_scenario_gen.strategies import GenerationParams
 
     params = GenerationParams(mcp_url=mcp_url, strategy="sql", n=n, seed=seed,
                               val_fraction=val_fraction, holdout_templates=holdout_templates,
                               holdout_entities=holdout_entities)
-    strategy = get_strategy("sql")
-    async with McpConnection(mcp_url) as conn:
-        server = await conn.discover()
-        strategy.check_server(server)
-        ctx = GenerationContext(conn=conn, server=server, params=params,
-                                settings=ScenarioGenSettings(),
-                                pool_target=n)
-        await strategy.generate(ctx)
-    pool = sorted(ctx.accepted, key=lambda s: s.id)
+    pool, server = await generate_pool(params, settings=ScenarioGenSettings(), pool_target=n)
     split = split_scenarios(pool, val_fraction, seed, holdout_templates=holdout_templates,
                             holdout_entities=holdout_entities)
     extra = {} if db_seed is None else {"db_seed": db_seed}

@@ -1,6 +1,7 @@
 """The warm-start recipe's configuration (``configs/warmstart*.yaml``), validated once.
 
-Plain dataclasses + PyYAML (no pydantic) so that the SFT stage can run on a bare GPU box.
+Pydantic models (unknown keys and wrong types are errors that name the field); the SFT
+hyper-parameters are :class:`mcprl_demo.sft.SftSettings`, the dataclass the SFT stage takes.
 The rollout settings (system prompt, turn and token limits, tool-output truncation) are NOT
 repeated here: they are read from the demo's trainer config (``trainer_config``), so the
 demonstrations are rendered exactly as the trainer will render the agent's rollouts.
@@ -8,13 +9,19 @@ demonstrations are rendered exactly as the trainer will render the agent's rollo
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
 
 from mcprl_demo.sft import SftSettings
 
@@ -23,8 +30,13 @@ class ConfigError(ValueError):
     """The YAML names an unknown key or has a value of the wrong type."""
 
 
-@dataclass
-class BaseModelConfig:
+class _Section(BaseModel):
+    """Unknown keys are errors; true/false must be YAML booleans (not "yes", not 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class BaseModelConfig(_Section):
     """The model SFT starts from."""
 
     path: Path = Path("models/tiny-learn")
@@ -33,58 +45,70 @@ class BaseModelConfig:
     spec: dict[str, int] | None = None
 
 
-@dataclass
-class ScenarioConfig:
+class ScenarioConfig(_Section):
     """The ``sql`` scenario set demonstrations and the held-out eval are drawn from."""
 
     n: int = 600
     seed: int = 0
     val_fraction: float = 0.2
-    holdout_templates: bool = False
-    holdout_entities: bool = True
+    holdout_templates: StrictBool = False
+    holdout_entities: StrictBool = True
     db_preset: str = "default"
     db_seed: int = 42  # the eval (and demo) database: the val split comes from it
     # Extra databases (same schema and names, other rows) whose scenarios train the expert
     # imitation: the same questions get other answers there, so the agent must read the
     # tool results instead of memorising answers. Their scenarios naming a val entity are
     # dropped (the val entities stay unseen).
-    train_db_seeds: list = field(default_factory=list)
-    include_eval_db_train: bool = True  # also train on the eval database's train split
-    exclude_val_entities: bool = True  # drop extra-database scenarios naming a val entity
+    train_db_seeds: list[int] = Field(default_factory=list)
+    include_eval_db_train: StrictBool = True  # also train on the eval database's train split
+    exclude_val_entities: StrictBool = True  # drop extra-database scenarios naming a val entity
 
 
-@dataclass
-class ExpertConfig:
-    noise: float = 0.0  # share of demonstrations made wrong on purpose
+class ExpertConfig(_Section):
+    noise: float = Field(0.0, ge=0, le=1)  # share of demonstrations made wrong on purpose
     # corrupt: the result is read, then the answer copied wrong | guess: no run_query, the
     # answer is made up (one early decision that rewards separate: RL's easiest fix)
-    noise_kind: str = "corrupt"
+    noise_kind: Literal["corrupt", "guess"] = "corrupt"
     concurrency: int = 4
-    include_wrong: bool = False  # also train on demonstrations the judge marks wrong
-    number_style: str = "raw"  # raw: numbers copied as the result shows them | rounded
+    include_wrong: StrictBool = False  # also train on demonstrations the judge marks wrong
+    number_style: Literal["raw", "rounded"] = "raw"  # raw: copied as the result shows them
 
 
-@dataclass
-class EvalConfig:
+class EvalConfig(_Section):
     max_scenarios: int = 60  # held-out (val) scenarios evaluated
     concurrency: int = 4
     temperature: float = 0.0
-    base_too: bool = True  # also evaluate the base model (the "before SFT" number)
+    base_too: StrictBool = True  # also evaluate the base model (the "before SFT" number)
     max_turns: int = 0  # 0: the trainer config's (shorter only to bound a smoke test)
     max_tokens_per_turn: int = 0  # 0: the trainer config's
 
 
-@dataclass
-class WarmStartConfig:
+class WarmStartConfig(_Section):
     seed: int = 0
     work_dir: Path = Path("data/warmstart")
     output_dir: Path = Path("models/warm-start")
     trainer_config: Path = Path("configs/demo.yaml")
-    base: BaseModelConfig = field(default_factory=BaseModelConfig)
-    scenarios: ScenarioConfig = field(default_factory=ScenarioConfig)
-    expert: ExpertConfig = field(default_factory=ExpertConfig)
-    sft: SftSettings = field(default_factory=SftSettings)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    base: BaseModelConfig = Field(default_factory=BaseModelConfig)
+    scenarios: ScenarioConfig = Field(default_factory=ScenarioConfig)
+    expert: ExpertConfig = Field(default_factory=ExpertConfig)
+    sft: SftSettings = Field(default_factory=SftSettings)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        """A section written as ``sft:`` with nothing under it (None) means its defaults."""
+
+        if isinstance(data, dict):
+            sections = ("base", "scenarios", "expert", "sft", "eval")
+            return {k: {} if v is None and k in sections else v for k, v in data.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _sft_steps(self) -> WarmStartConfig:
+        if self.sft.steps < 0:
+            raise ValueError("sft.steps must be >= 0")
+        return self
 
     @property
     def set_id(self) -> str:
@@ -98,51 +122,7 @@ class WarmStartConfig:
                 + ("" if s.exclude_val_entities else "-all"))
 
     def as_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigError(f"{where or 'config'}: unknown key(s) {unknown}; known: "
-                          f"{sorted(fields)}")
-    kwargs: dict[str, Any] = {}
-    for name, value in data.items():
-        f = fields[name]
-        key = f"{where}.{name}" if where else name
-        default = (f.default_factory() if f.default_factory is not dataclasses.MISSING  # type: ignore[misc]
-                   else f.default)
-        if dataclasses.is_dataclass(default):
-            kwargs[name] = _build(type(default), value or {}, key)
-        elif isinstance(default, Path):
-            kwargs[name] = Path(value)
-        elif isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{key}: expected true/false, got {value!r}")
-            kwargs[name] = value
-        elif isinstance(default, int | float) and not isinstance(default, bool):
-            try:
-                kwargs[name] = type(default)(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"{key}: expected a number, got {value!r}") from None
-        elif isinstance(default, tuple):
-            kwargs[name] = tuple(value)
-        else:
-            kwargs[name] = value
-    return cls(**kwargs)
+        return self.model_dump(mode="json")
 
 
 def load_warmstart_config(path: Path | str | None,
@@ -159,17 +139,10 @@ def load_warmstart_config(path: Path | str | None,
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
-    config = _build(WarmStartConfig, data, "")
-    if not 0 <= config.expert.noise <= 1:
-        raise ConfigError("expert.noise must be in [0, 1]")
-    if config.expert.noise_kind not in ("corrupt", "guess"):
-        raise ConfigError(f"expert.noise_kind must be corrupt or guess, got "
-                          f"{config.expert.noise_kind!r}")
-    if config.expert.number_style not in ("raw", "rounded"):
-        raise ConfigError("expert.number_style must be 'raw' or 'rounded'")
-    if config.sft.steps < 0:
-        raise ConfigError("sft.steps must be >= 0")
-    return config
+    try:
+        return WarmStartConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def trainer_rollout_section(path: Path) -> dict[str, Any]:

@@ -10,18 +10,19 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from mcprl_common.settings import UpstreamSettings
 from mcprl_common.wire import Scenario
 from mcprl_scenario_gen.errors import NothingGeneratedError, NoToolsError, failure_kind
-from mcprl_scenario_gen.mcp_client import McpConnection
+from mcprl_scenario_gen.mcp_client import McpConnection, ServerInfo
 from mcprl_scenario_gen.metrics import GenMetrics
 from mcprl_scenario_gen.quality import difficulty_counts, select_by_mix
 from mcprl_scenario_gen.settings import ScenarioGenSettings
 from mcprl_scenario_gen.split import split_scenarios
 from mcprl_scenario_gen.store import ScenarioStore, StoredManifest
-from mcprl_scenario_gen.strategies import GenerationContext, GenerationParams, Progress
+from mcprl_scenario_gen.strategies import GenerationContext, GenerationParams, Progress, Strategy
 from mcprl_scenario_gen.strategies.registry import get_strategy
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,42 @@ def finish(store: ScenarioStore, manifest: StoredManifest, pool: list[Scenario],
     return manifest
 
 
+@asynccontextmanager
+async def open_server(params: GenerationParams, settings: ScenarioGenSettings,
+                      strategy: Strategy, progress: Progress | None = None
+                      ) -> AsyncIterator[tuple[McpConnection, ServerInfo]]:
+    """Connect and discover the server ``params`` names, checked for ``strategy`` (a server
+    without tools, or without what the strategy needs, is an error naming what is missing)."""
+
+    async with McpConnection(params.mcp_url, auth_token=params.auth_token,
+                             transport=params.transport,  # type: ignore[arg-type]
+                             timeout_s=settings.mcp_timeout_s,
+                             connect_timeout_s=settings.mcp_connect_timeout_s) as conn:
+        if progress is not None:
+            progress.phase = "discovering"
+        server = await conn.discover()
+        if not server.tools:
+            raise NoToolsError(f"the MCP server at {params.mcp_url} offers no tools",
+                               param="mcp_url")
+        strategy.check_server(server)
+        yield conn, server
+
+
+async def generate_pool(params: GenerationParams, *, settings: ScenarioGenSettings,
+                        pool_target: int | None = None) -> tuple[list[Scenario], ServerInfo]:
+    """The candidates one generation accepts (validated, deduplicated), sorted by id, before
+    selection and split; and the server they were made against. For a caller that splits
+    the whole pool itself (the warm start wants every candidate for training).
+    ``pool_target`` defaults to the strategy's."""
+
+    strategy = get_strategy(params.strategy)
+    async with open_server(params, settings, strategy) as (conn, server):
+        ctx = GenerationContext(conn=conn, server=server, params=params, settings=settings,
+                                pool_target=pool_target or strategy.pool_target(params))
+        await strategy.generate(ctx)
+    return sorted(ctx.accepted, key=lambda s: s.id), server
+
+
 async def run_generation(
     params: GenerationParams,
     *,
@@ -122,16 +159,7 @@ async def run_generation(
     try:
         progress.phase = "connecting"
         await hook(progress)
-        async with McpConnection(params.mcp_url, auth_token=params.auth_token,
-                                 transport=params.transport,  # type: ignore[arg-type]
-                                 timeout_s=settings.mcp_timeout_s,
-                                 connect_timeout_s=settings.mcp_connect_timeout_s) as conn:
-            progress.phase = "discovering"
-            server = await conn.discover()
-            if not server.tools:
-                raise NoToolsError(f"the MCP server at {params.mcp_url} offers no tools",
-                                   param="mcp_url")
-            strategy.check_server(server)
+        async with open_server(params, settings, strategy, progress) as (conn, server):
             manifest.tools_hash = server.tools_hash
             ctx = GenerationContext(conn=conn, server=server, params=params, settings=settings,
                                     upstream=upstream, metrics=metrics, progress=progress,

@@ -8,7 +8,7 @@ is the Python API; ``mcprl-stack up`` runs until Ctrl-C or SIGTERM.
 """
 
 from mcprl_stack.config import StackSettings
-from mcprl_stack.runner import LocalStack, StackError
+from mcprl_stack.local_stack import LocalStack, StackError
 from mcprl_stack.services import SERVICES, ServiceSpec
 
 __all__ = ["SERVICES", "LocalStack", "ServiceSpec", "StackError", "StackSettings"]

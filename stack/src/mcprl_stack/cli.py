@@ -21,7 +21,7 @@ from types import FrameType
 from mcprl_common.logging import configure_logging
 from mcprl_stack.config import StackSettings
 from mcprl_stack.envfile import render
-from mcprl_stack.runner import LocalStack, StackError, log_tail
+from mcprl_stack.local_stack import LocalStack, StackError, log_tail
 from mcprl_stack.services import SERVICES
 
 _SECRET_HINTS = ("KEY", "TOKEN", "PASSWORD", "SECRET")

@@ -146,7 +146,8 @@ def _upstream_prefixes(tree: ast.AST) -> set[str]:
 
 
 def _trainer_vars(service: str) -> list[EnvVar]:
-    """The trainer's run config is a plain pydantic model with its own env overrides."""
+    """The trainer's run config: a pydantic-settings class whose sections are nested models
+    (``TRAINER_<SECTION>__<FIELD>``), plus the project-wide aliases it reads."""
 
     config = importlib.import_module("mcprl_trainer.config")
     out: list[EnvVar] = []
@@ -199,8 +200,10 @@ def service_vars(service: str) -> list[EnvVar]:
             if item.name not in found or not found[item.name].description:
                 found[item.name] = item
 
+    covered: set[type] = set()
     if service == "trainer":
         add(_trainer_vars(service))
+        covered.add(importlib.import_module("mcprl_trainer.config").RunConfig)
     for mod_name in _SETTINGS_MODULES:
         try:
             mod = importlib.import_module(f"{package}.{mod_name}")
@@ -208,7 +211,7 @@ def service_vars(service: str) -> list[EnvVar]:
             continue
         for obj in vars(mod).values():
             if inspect.isclass(obj) and issubclass(obj, BaseSettings) \
-                    and obj.__module__ == mod.__name__:
+                    and obj.__module__ == mod.__name__ and obj not in covered:
                 add(settings_vars(obj, service))
     for path in _source_files(package):
         tree = ast.parse(path.read_text(), str(path))

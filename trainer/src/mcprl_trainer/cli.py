@@ -26,7 +26,7 @@ from mcprl_trainer.config import RunConfig, load_config
 from mcprl_trainer.distributed import DistContext, destroy, init_distributed
 from mcprl_trainer.html_report import rebuild_report
 from mcprl_trainer.modeling import resolve_device
-from mcprl_trainer.runner import RunExistsError, Trainer
+from mcprl_trainer.trainer import RunExistsError, Trainer
 from mcprl_trainer.update_group import UpdateGroup
 
 log = logging.getLogger("mcprl_trainer")

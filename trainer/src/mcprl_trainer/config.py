@@ -7,8 +7,15 @@ so the same file works on a laptop, in compose and on a GPU box:
   replicas, comma-separated), ``POLICY_MODEL``, ``POLICY_API_KEY``,
   ``MCP_URL``, ``MCP_AUTH_TOKEN``, ``JUDGE_URL``, ``SCENARIO_GEN_URL``, ``TRAINER_HOST``,
   ``TRAINER_PORT``;
-- any field as ``TRAINER_<FIELD>`` or ``TRAINER_<SECTION>__<FIELD>`` (values parsed as YAML,
-  e.g. ``TRAINER_STEPS=20``, ``TRAINER_TRAIN__LR=2e-5``, ``TRAINER_LORA__TARGET_MODULES=[q_proj]``).
+- any field as ``TRAINER_<FIELD>`` or ``TRAINER_<SECTION>__<FIELD>`` (lists and mappings
+  parsed as YAML, ``null`` as None; e.g. ``TRAINER_STEPS=20``, ``TRAINER_TRAIN__LR=2e-5``,
+  ``TRAINER_LORA__TARGET_MODULES=[q_proj]``).
+
+Highest first: explicit overrides (``--steps``), ``TRAINER_*``, the project-wide names, the
+YAML file, the defaults. :class:`RunConfig` is a pydantic-settings class whose sources are
+exactly these (:meth:`RunConfig.settings_customise_sources`) when :func:`load_config` builds
+it; ``RunConfig(...)`` and ``RunConfig.model_validate`` read no environment (tests and
+programs that build a config from values get those values).
 
 The resolved config is written into the run directory (secrets blanked) so a run can be
 reproduced from ``seed`` plus that file.
@@ -17,12 +24,25 @@ reproduced from ``seed`` plus that file.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+from pydantic_settings.sources.types import EnvNoneType  # the "unset" marker env sources use
 
 from mcprl_common.model_formats import get_model_format
 from mcprl_common.wire import RewardConfig
@@ -245,8 +265,13 @@ class StatusConfig(_Section):
     port: int = Field(8930, ge=0, le=65535, description="Status server port (0 = any free).")
 
 
-class RunConfig(_Section):
+class RunConfig(BaseSettings):
     """Everything a training run needs, in one place."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid", validate_assignment=True, env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__", env_parse_none_str="null",
+    )
 
     name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Run name.")
     seed: int = Field(0, description="Seeds adapter init, scenario order and sampling seeds.")
@@ -317,6 +342,26 @@ class RunConfig(_Section):
             raise ValueError("rollout.min_tokens_per_turn exceeds rollout.max_tokens_per_turn")
         return self
 
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Highest first: explicit values, ``TRAINER_*``, the project-wide names, the YAML
+        file. Only :func:`load_config` reads the environment and the file: a config built
+        from values (``RunConfig(...)``, ``model_validate``) holds those values alone."""
+
+        request = _LOAD.get()
+        if request is None:
+            return (init_settings,)
+        sources: list[PydanticBaseSettingsSource] = [
+            init_settings, TrainerEnvSource(settings_cls, request.env),
+            AliasEnvSource(settings_cls, request.env)]
+        if request.path is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=request.path))
+        return tuple(sources)
+
     def dump_yaml(self) -> str:
         """The resolved config as YAML with secrets blanked (what goes into the run dir)."""
 
@@ -340,44 +385,62 @@ def set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
-def _parse_env_value(raw: str) -> Any:
-    """Lists/mappings are YAML (``[q_proj, v_proj]``); ``null`` is None; anything else stays a
-    string that pydantic coerces to the field's type (``20``, ``2e-5``, ``true``)."""
-
-    text = raw.strip()
-    if text[:1] in "[{":
-        return yaml.safe_load(text)
-    if text.lower() in ("null", "none", "~"):
-        return None
-    return raw
+_NULLS = ("null", "none", "~")
 
 
-def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
-    """The overrides the environment asks for, as a nested dict."""
+class TrainerEnvSource(EnvSettingsSource):
+    """``TRAINER_<FIELD>`` / ``TRAINER_<SECTION>__<FIELD>`` from a given mapping (tests pass
+    their own), with YAML instead of JSON for lists and mappings (``[q_proj, v_proj]``) and
+    ``null``, ``none`` or ``~`` read as None."""
 
-    fields = RunConfig.model_fields
-    out: dict[str, Any] = {}
-    for var, path in ENV_ALIASES.items():
-        if env.get(var):
-            set_path(out, path, env[var])
-    for var, raw in env.items():
-        if not var.startswith(ENV_PREFIX) or var in ENV_ALIASES:
-            continue
-        parts = tuple(p.lower() for p in var[len(ENV_PREFIX):].split("__"))
-        if parts[0] not in fields:
-            continue  # e.g. TRAINER_SOMETHING_ELSE used by other tooling
-        set_path(out, parts, _parse_env_value(raw))
-    return out
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        out: dict[str, str | None] = {}
+        for name, value in self._environ.items():
+            if value is not None and value.strip().lower() in _NULLS:
+                value = EnvNoneType(value)
+            out[name if self.case_sensitive else name.lower()] = value
+        return out
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{field_name}: not YAML: {exc}") from exc
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+class AliasEnvSource(InitSettingsSource):
+    """The project-wide names (:data:`ENV_ALIASES`: ``POLICY_BASE_URL``, ``MCP_URL`` ...)
+    that compose and the stack set for every service; an empty one is ignored."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        data: dict[str, Any] = {}
+        for var, path in ENV_ALIASES.items():
+            if environ.get(var):
+                set_path(data, path, environ[var])
+        super().__init__(settings_cls, data)
+
+
+@dataclass(frozen=True)
+class _LoadRequest:
+    path: Path | None
+    env: Mapping[str, str]
+
+
+# What load_config asks RunConfig's sources to read (the YAML path and the environment).
+_LOAD: ContextVar[_LoadRequest | None] = ContextVar("mcprl_trainer_load", default=None)
+
+
+@contextmanager
+def _reading(request: _LoadRequest) -> Iterator[None]:
+    token = _LOAD.set(request)
+    try:
+        yield
+    finally:
+        _LOAD.reset(token)
 
 
 def load_config(
@@ -392,16 +455,13 @@ def load_config(
     current directory, as a user typing the command expects.
     """
 
-    data: dict[str, Any] = {}
     if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        loaded = yaml.safe_load(Path(path).read_text()) or {}  # a missing file raises here
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: the config must be a YAML mapping")
-        data = loaded
-    data = _merge(data, env_overrides(os.environ if env is None else env))
-    if overrides:
-        data = _merge(data, overrides)
-    return RunConfig.model_validate(data)
+    with _reading(_LoadRequest(None if path is None else Path(path),
+                               os.environ if env is None else env)):
+        return RunConfig(**dict(overrides or {}))
 
 
 def save_config(config: RunConfig, run_dir: Path) -> Path:

@@ -74,7 +74,7 @@ def failure_source(exc: BaseException) -> str:
     return "other"
 
 
-# What the runner hears about recovery: (event, source), e.g. ("rollout_retried", "mcp").
+# What the trainer hears about recovery: (event, source), e.g. ("rollout_retried", "mcp").
 RecoveryHook = Callable[[str, str], None]
 
 

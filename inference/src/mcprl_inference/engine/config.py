@@ -1,4 +1,4 @@
-"""Engine configuration: what the scheduler, the KV cache and the runner need to know.
+"""Engine configuration: what the scheduler, the KV cache and the model runner need to know.
 
 Plain dataclass (no pydantic) so the engine core imports with torch + transformers alone,
 e.g. on a GPU box that has neither FastAPI nor pydantic-settings (see bench/bench_inference.py).

@@ -31,8 +31,8 @@ import torch
 from mcprl_inference.engine.config import EngineConfig
 from mcprl_inference.engine.loader import eos_token_ids, resolve_device, resolve_dtype
 from mcprl_inference.engine.lora import LoraManager
+from mcprl_inference.engine.model_runner import ModelRunner
 from mcprl_inference.engine.prefix_cache import PrefixCache
-from mcprl_inference.engine.runner import ModelRunner
 from mcprl_inference.engine.sampling import SamplingBatch, SamplingParams, sample, unpack_bitmask
 from mcprl_inference.engine.sequence import (
     EngineError,

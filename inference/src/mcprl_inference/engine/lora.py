@@ -1,8 +1,8 @@
 """LoRA adapters with peft: several loaded at once, one active per forward pass.
 
 The base model is wrapped in a ``PeftModel`` on the first load; peft injects its LoRA layers
-into the base model's modules in place, so the runner's references to the decoder and the LM
-head stay valid. Loading a name that exists replaces it (the trainer republishes ``policy``
+into the base model's modules in place, so the model runner's references to the decoder and the
+LM head stay valid. Loading a name that exists replaces it (the trainer republishes ``policy``
 every step); ``version`` changes on every load so captured CUDA graphs of the old weights are
 never replayed.
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mcprl_stack.config import StackSettings
-from mcprl_stack.runner import LocalStack
+from mcprl_stack.local_stack import LocalStack
 
 PIPELINE_SERVICES = ("mcp-server", "inventory-mcp", "inference", "scenario-gen", "judge")
 # Small, bounded LLM outputs so a random tiny model answers in a second or two.

@@ -48,7 +48,7 @@ class DemoOutcome:
 
 
 class Events:
-    """What the runner tells the display (the CLI shows it with rich; tests collect it)."""
+    """What the demo run tells the display (the CLI shows it with rich; tests collect it)."""
 
     def stage(self, name: str) -> None: ...
     def info(self, text: str) -> None: ...
@@ -178,7 +178,7 @@ class DemoRun:
                if k not in TRAINER_ENV_DROP and not k.startswith("TRAINER_")}
         env.update({"HF_HUB_OFFLINE": self.env.get("HF_HUB_OFFLINE", "1"),
                     "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
-        from mcprl_stack.runner import script_command
+        from mcprl_stack.local_stack import script_command
 
         status_url = f"http://127.0.0.1:{config['status']['port']}"
         proc = ServiceProcess("trainer", [*script_command("mcprl-train", "mcprl_trainer.cli"),

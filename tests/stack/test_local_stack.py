@@ -85,13 +85,13 @@ def test_services_run_without_console_scripts(tmp_path: Path, monkeypatch) -> No
     """A box with the sources on PYTHONPATH but nothing installed (the GPU image): the stack
     falls back to ``python -m <package>``, and names what is missing when that fails too."""
 
-    from mcprl_stack import runner
+    from mcprl_stack import local_stack
 
-    monkeypatch.setattr(runner.sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setattr(local_stack.sys, "executable", str(tmp_path / "bin" / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert runner.script_command("mcprl-mcp-server") == [str(tmp_path / "bin" / "python"), "-m",
-                                                   "mcprl_mcp_server"]
+    assert local_stack.script_command("mcprl-mcp-server") == [
+        str(tmp_path / "bin" / "python"), "-m", "mcprl_mcp_server"]
     with pytest.raises(StackError, match="no module 'mcprl_nothing'"):
-        runner.script_command("mcprl-nothing")
-    assert runner.script_command("mcprl-train", "mcprl_trainer.cli")[1:] == [
+        local_stack.script_command("mcprl-nothing")
+    assert local_stack.script_command("mcprl-train", "mcprl_trainer.cli")[1:] == [
         "-m", "mcprl_trainer.cli"]
