@@ -204,11 +204,9 @@ def test_rewarded_behaviour_becomes_more_likely(tiny_test_model, prompt, sign) -
         assert p_after < p_before - 0.05 and p_after < curve[0], (p_before, curve)
 
 
-def test_kl_to_base_is_zero_at_start_and_grows(tiny_test_model, prompt) -> None:
-    """KL is measured against the base model (adapter disabled): 0 while LoRA B is still 0,
-    positive once the adapter has moved."""
+def _assert_kl_starts_at_zero_and_grows(model, prompt) -> None:
+    """Three KL-regularised steps: KL 0 at the first (policy == reference), then > 0."""
 
-    model = _policy(tiny_test_model, seed=0)
     updater = GRPOUpdater(model, TrainConfig(lr=1e-2, kl_coef=0.1), 0)
     gen = torch.Generator().manual_seed(2)
     kls = []
@@ -217,6 +215,14 @@ def test_kl_to_base_is_zero_at_start_and_grows(tiny_test_model, prompt) -> None:
         kls.append(updater.step(_samples(prompt, comps, [1.0, 0.0, 0.0, 1.0]))["kl"])
     assert kls[0] == pytest.approx(0.0, abs=1e-7)
     assert kls[-1] > 1e-6
+
+
+def test_kl_to_base_is_zero_at_start_and_grows(tiny_test_model, prompt) -> None:
+    """KL is measured against the base model (adapter disabled): 0 while LoRA B is still 0,
+    positive once the adapter has moved."""
+
+    model = _policy(tiny_test_model, seed=0)
+    _assert_kl_starts_at_zero_and_grows(model, prompt)
     # The adapter is back on after the reference passes: policy != base.
     with model.disable_adapter():
         base = _first_token_probs(model, prompt)
@@ -243,14 +249,7 @@ def test_kl_to_the_warm_start_when_there_is_one(tiny_test_model, prompt, tmp_pat
               if f".{REFERENCE_ADAPTER}." in n}
     assert frozen and not any(p.requires_grad for n, p in model.named_parameters()
                               if n in frozen)
-    updater = GRPOUpdater(model, TrainConfig(lr=1e-2, kl_coef=0.1), 0)
-    gen = torch.Generator().manual_seed(2)
-    kls = []
-    for _ in range(3):
-        comps = _sample(model, prompt, 4, 2, gen)
-        kls.append(updater.step(_samples(prompt, comps, [1.0, 0.0, 0.0, 1.0]))["kl"])
-    assert kls[0] == pytest.approx(0.0, abs=1e-7)
-    assert kls[-1] > 1e-6
+    _assert_kl_starts_at_zero_and_grows(model, prompt)
     for n, p in model.named_parameters():
         if n in frozen:
             assert torch.equal(p, frozen[n]) and not p.requires_grad
