@@ -12,15 +12,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from mcprl_demo.sft import (
     SftExample,
     SftSettings,
-    collate,
     load_examples,
     lr_at,
-    masked_nll_sum,
     micro_batches,
-    prefix_cache,
-    shared_prefix_len,
+    nll_sum,
     train,
 )
+from mcprl_trainer.grpo import TrainSample, collate_samples
+from mcprl_trainer.modeling import shared_prefix_len
 from mcprl_trainer.rendering import ChatRenderer
 
 pytestmark = pytest.mark.timeout(120)
@@ -44,13 +43,13 @@ def test_loss_counts_only_masked_targets(tiny_test_model: Path, renderer) -> Non
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_test_model)
     ex, turn = _example(renderer, "How many tables are there?")
-    ids, att, labels = collate([ex], pad_id=0, device=torch.device("cpu"))
-    loss, n = masked_nll_sum(model, ids, att, labels)
+    cpu = torch.device("cpu")
+    loss, n = nll_sum(model, [ex], 0, cpu)
     assert n == len(turn) and loss.item() > 0
     # Dropping the mask of one target removes exactly its term.
     half = SftExample(ex.input_ids, [*ex.mask[:-1], 0])
-    _, n_half = masked_nll_sum(model, *collate([half], 0, torch.device("cpu")))
-    assert n_half == n - 1
+    loss_half, n_half = nll_sum(model, [half], 0, cpu)
+    assert n_half == n - 1 and loss_half.item() < loss.item()
 
 
 def test_micro_batches_respect_the_token_budget() -> None:
@@ -122,20 +121,15 @@ def test_shared_prefix_gives_the_same_loss_and_gradients(tiny_test_model: Path,
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_test_model)
     rows = [_example(renderer, task)[0] for task in ("How many tables?", "List every table.")]
-    plen = shared_prefix_len(rows)
-    assert 0 < plen < min(len(r.input_ids) for r in rows)
-    assert all(r.input_ids[:plen] == rows[0].input_ids[:plen] and not any(r.mask[:plen + 1])
-               for r in rows)
     cpu = torch.device("cpu")
-    full, n_full = masked_nll_sum(model, *collate(rows, 0, cpu))
+    ids, att, mask, _, _ = collate_samples(
+        [TrainSample(r.input_ids, r.mask, [0.0] * len(r.mask), 0.0) for r in rows], 0, cpu)
+    assert 0 < shared_prefix_len(ids, att, mask) < min(len(r.input_ids) for r in rows)
+    full, n_full = nll_sum(model, rows, 0, cpu)
     full.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    tails = [SftExample(r.input_ids[plen:], r.mask[plen:]) for r in rows]
-    ids, att, labels = collate(tails, 0, cpu)
-    att = torch.cat([att.new_ones(len(rows), plen), att], dim=1)
-    cache = prefix_cache(model, torch.tensor(rows[0].input_ids[:plen]), len(rows))
-    part, n_part = masked_nll_sum(model, ids, att, labels, cache)
+    part, n_part = nll_sum(model, rows, 0, cpu, shared_prefix=True)
     assert n_part == n_full
     assert part.item() == pytest.approx(full.item(), rel=1e-4)
     part.backward()

@@ -10,7 +10,7 @@ from fastmcp import Client, FastMCP
 from transformers import AutoTokenizer
 
 from mcprl_common.wire import Scenario
-from mcprl_trainer.grpo import TrainSample, _collate
+from mcprl_trainer.grpo import TrainSample, collate_samples
 from mcprl_trainer.mcp_tools import McpSession
 from mcprl_trainer.rendering import ChatRenderer
 from mcprl_trainer.rollout import RolloutSettings, run_rollout
@@ -113,7 +113,7 @@ async def test_tokens_trained_on_are_exactly_the_tokens_sampled(tok, session) ->
 
     # The collated training batch trains on those ids, with those log-probs.
     sample = TrainSample(ids, mask, lps, advantage=1.0)
-    t_ids, _, t_mask, t_old, _ = _collate([sample], tok.pad_token_id, "cpu")
+    t_ids, _, t_mask, t_old, _ = collate_samples([sample], tok.pad_token_id, "cpu")
     assert t_ids[0][t_mask[0]].tolist() == turn1 + turn2
     assert t_old[0][t_mask[0]].tolist() == [-0.25] * len(turn1 + turn2)
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from mcprl_common.files import make_readable
-from mcprl_trainer.grpo import pack_micro_batches
-from mcprl_trainer.modeling import prefix_cache
+from mcprl_trainer.grpo import TrainSample, collate_samples, pack_micro_batches
+from mcprl_trainer.modeling import token_logprobs
 
 log = logging.getLogger(__name__)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
@@ -139,60 +139,16 @@ def micro_batches(examples: Sequence[SftExample], idx: list[int], budget: int) -
     return [[idx[j] for j in mb] for mb in packed]
 
 
-def collate(examples: Sequence[SftExample], pad_id: int, device: torch.device):
-    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (-100 off the mask)."""
+def nll_sum(model, examples: Sequence[SftExample], pad_id: int, device: torch.device, *,
+            shared_prefix: bool = False) -> tuple[torch.Tensor, int]:
+    """Summed next-token NLL over the trained tokens of ``examples``, and how many there
+    were: the GRPO update's collation and token log-probs (logits only where a token is
+    trained; with ``shared_prefix`` the rows' common start runs once)."""
 
-    width = max(len(e.input_ids) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    att = torch.zeros((len(examples), width), dtype=torch.long)
-    labels = torch.full((len(examples), width), -100, dtype=torch.long)
-    for row, ex in enumerate(examples):
-        n = len(ex.input_ids)
-        ids[row, :n] = torch.tensor(ex.input_ids)
-        att[row, :n] = 1
-        m = torch.tensor(ex.mask, dtype=torch.bool)
-        labels[row, :n] = torch.where(m, ids[row, :n], torch.full_like(ids[row, :n], -100))
-    return ids.to(device), att.to(device), labels.to(device)
-
-
-def shared_prefix_len(examples: Sequence[SftExample]) -> int:
-    """Length of the token prefix all examples share, stopped before any trained token and
-    leaving at least one untrained token after it (the suffix's first token is no target)."""
-
-    first = examples[0].input_ids
-    n = min(len(e.input_ids) for e in examples) - 1
-    for e in examples[1:]:
-        ids = e.input_ids
-        i = 0
-        while i < n and ids[i] == first[i]:
-            i += 1
-        n = i
-    for e in examples:
-        while n > 0 and any(e.mask[: n + 1]):
-            n -= 1
-    return max(0, n)
-
-
-def masked_nll_sum(model, ids: torch.Tensor, att: torch.Tensor, labels: torch.Tensor,
-                   past_key_values=None) -> tuple[torch.Tensor, int]:
-    """Summed next-token NLL over labelled positions, and how many there were.
-
-    Logits are computed only where the next token is trained (``logits_to_keep``): most of a
-    sequence is system prompt and tool output, which never needs the vocabulary projection.
-    """
-
-    target = labels[:, 1:]
-    keep = (target != -100).any(dim=0).nonzero(as_tuple=True)[0]
-    if keep.numel() == 0:
-        return ids.new_zeros((), dtype=torch.float32), 0
-    logits = model(input_ids=ids, attention_mask=att, logits_to_keep=keep,
-                   past_key_values=past_key_values,
-                   use_cache=past_key_values is not None).logits.float()
-    picked = target[:, keep]
-    loss = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), picked.reshape(-1), ignore_index=-100,
-        reduction="sum")
-    return loss, int((picked != -100).sum())
+    rows = [TrainSample(e.input_ids, e.mask, [0.0] * len(e.input_ids), 0.0) for e in examples]
+    ids, att, mask, _, _ = collate_samples(rows, pad_id, device)
+    logprobs = token_logprobs(model, ids, att, mask, shared_prefix=shared_prefix)
+    return -logprobs.sum(), int(mask.sum())
 
 
 @dataclass
@@ -267,11 +223,6 @@ def train(
          {"params": no_decay, "weight_decay": 0.0}],
         lr=settings.lr, betas=settings.betas, fused=device.type == "cuda")
     batch_iter = batches(len(examples), min(settings.batch_size, len(examples)), settings.seed)
-    plen = shared_prefix_len(examples) if settings.shared_prefix else 0
-    prefix = torch.tensor(examples[0].input_ids[:plen], device=device)
-    if plen:
-        examples = [SftExample(e.input_ids[plen:], e.mask[plen:]) for e in examples]
-        log.info("shared prefix of %d tokens computed once per micro-batch", plen)
     losses: list[tuple[int, float]] = []
     tokens_seen = trained = 0
     running = None
@@ -289,18 +240,14 @@ def train(
         n_trained = sum(examples[i].trained_tokens for i in idx)
         step_loss = 0.0
         for mb in micro_batches(examples, idx, settings.micro_batch_tokens):
-            ids, att, labels = collate([examples[i] for i in mb], pad_id, device)
             ctx = (torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16
                    else torch.autocast("cpu", enabled=False))
             with ctx:
-                cache = None
-                if plen:
-                    cache = prefix_cache(model, prefix, len(mb))
-                    att = torch.cat([att.new_ones(len(mb), plen), att], dim=1)
-                loss_sum, _ = masked_nll_sum(model, ids, att, labels, cache)
+                loss_sum, _ = nll_sum(model, [examples[i] for i in mb], pad_id, device,
+                                      shared_prefix=settings.shared_prefix)
             (loss_sum / max(1, n_trained)).backward()
             step_loss += float(loss_sum.detach())
-            tokens_seen += ids.numel() + (plen * len(mb))
+            tokens_seen += len(mb) * max(len(examples[i].input_ids) for i in mb)
         trained += n_trained
         torch.nn.utils.clip_grad_norm_([p for _, p in named], settings.max_grad_norm)
         opt.step()

@@ -63,7 +63,10 @@ def pack_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[i
     return batches
 
 
-def _collate(samples: Sequence[TrainSample], pad_id: int, device: torch.device):
+def collate_samples(samples: Sequence[TrainSample], pad_id: int, device: torch.device):
+    """Right-padded ids, attention mask, target mask (never the first token), sampler
+    log-probs and advantages of ``samples``: the one collation of GRPO and SFT."""
+
     width = max(len(s.input_ids) for s in samples)
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(samples), width), dtype=torch.long)
@@ -200,7 +203,7 @@ class GRPOUpdater:
             rows = [plan.samples[i] for i in mine[j]] if real else self._filler()
             if sharded:  # reduce the gradients once, with the last backward
                 self.model.set_requires_gradient_sync(j == plan.rounds - 1)
-            ids, attn, mask, old, adv = _collate(rows, self.pad_token_id, self.device)
+            ids, attn, mask, old, adv = collate_samples(rows, self.pad_token_id, self.device)
             ref = None
             if cfg.kl_coef > 0:
                 with torch.no_grad(), self._autocast(), reference_policy(self.model):
