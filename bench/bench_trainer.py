@@ -44,7 +44,7 @@ from anchors import anchors  # noqa: E402  (bench/, the script's own folder)
 from model_shapes import QWEN25_3B  # noqa: E402
 
 from mcprl_trainer.config import LoraSettings, TrainConfig  # noqa: E402
-from mcprl_trainer.grpo import GRPOUpdater, TrainSample, _collate  # noqa: E402
+from mcprl_trainer.grpo import GRPOUpdater, TrainSample, collate_samples  # noqa: E402
 from mcprl_trainer.loss import LossInputs, LossSettings, get_loss  # noqa: E402
 from mcprl_trainer.modeling import (  # noqa: E402
     prepare_policy,
@@ -106,7 +106,7 @@ def with_sampler_logprobs(model, samples: list[TrainSample], device) -> list[Tra
     out = []
     with torch.no_grad():
         for s in samples:
-            ids, attn, mask, _, _ = _collate([s], 0, device)
+            ids, attn, mask, _, _ = collate_samples([s], 0, device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 lp = token_logprobs(model, ids, attn, mask)[0].tolist()
             out.append(TrainSample(s.input_ids, s.mask, lp, s.advantage))
@@ -130,7 +130,7 @@ class FullLogitsStep:
         self.opt.zero_grad(set_to_none=True)
         for batch in pack_micro_batches([len(s.input_ids) for s in samples],
                                         self.cfg.micro_batch_tokens):
-            ids, attn, mask, old, adv = _collate([samples[i] for i in batch], 0, self.device)
+            ids, attn, mask, old, adv = collate_samples([samples[i] for i in batch], 0, self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16,
                                 enabled=self.device.type == "cuda"):
                 logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
