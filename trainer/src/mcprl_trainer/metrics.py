@@ -37,6 +37,8 @@ STEP_GAUGES: dict[str, tuple[str, str]] = {
     "lr": ("mcprl_trainer_learning_rate", "Learning rate of the last update."),
 }
 
+STEP_PHASES = ("rollout", "judge", "train", "publish")
+
 
 class TrainerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -53,6 +55,8 @@ class TrainerMetrics:
                                  "Mean reward of the last eval.", registry=r)
         self.phase_seconds = Gauge("mcprl_trainer_phase_seconds",
                                    "Seconds of the last step's phases.", ["phase"], registry=r)
+        for phase in STEP_PHASES:  # exported from the first scrape, as the unlabelled gauges:
+            self.phase_seconds.labels(phase)  # a run that ends between scrapes still has them
         self.rollout_latency = Histogram("mcprl_trainer_rollout_duration_seconds",
                                          "Wall time of one rollout.", registry=r,
                                          buckets=ROLLOUT_BUCKETS_S)
@@ -113,7 +117,7 @@ class TrainerMetrics:
         for key, gauge in self.gauges.items():
             if key in metrics:
                 gauge.set(metrics[key])
-        for phase in ("rollout", "judge", "train", "publish"):
+        for phase in STEP_PHASES:
             key = f"{phase}_seconds"
             if key in metrics:
                 self.phase_seconds.labels(phase).set(metrics[key])

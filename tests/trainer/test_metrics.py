@@ -1,0 +1,20 @@
+"""The trainer's step-phase gauge is exported from the first scrape (a run that ends between
+two Prometheus scrapes still leaves the series the dashboard's step-time panel reads)."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+
+from mcprl_trainer.metrics import STEP_PHASES, TrainerMetrics
+
+
+def test_phase_gauges_exist_before_the_first_step_and_follow_it() -> None:
+    metrics = TrainerMetrics()
+    text = generate_latest(metrics.registry).decode()
+    for phase in STEP_PHASES:
+        assert f'mcprl_trainer_phase_seconds{{phase="{phase}"}} 0.0' in text
+    metrics.observe_step(1, {"rollout_seconds": 2.5, "train_seconds": 1.25})
+    text = generate_latest(metrics.registry).decode()
+    assert 'mcprl_trainer_phase_seconds{phase="rollout"} 2.5' in text
+    assert 'mcprl_trainer_phase_seconds{phase="train"} 1.25' in text
+    assert 'mcprl_trainer_phase_seconds{phase="judge"} 0.0' in text
