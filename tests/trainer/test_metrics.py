@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from mcprl_trainer.metrics import STEP_PHASES, TrainerMetrics
+from mcprl_trainer.metrics import STEP_PHASES, TOOL_ERROR_KINDS, TrainerMetrics
 
 
 def test_phase_gauges_exist_before_the_first_step_and_follow_it() -> None:
@@ -13,6 +13,8 @@ def test_phase_gauges_exist_before_the_first_step_and_follow_it() -> None:
     text = generate_latest(metrics.registry).decode()
     for phase in STEP_PHASES:
         assert f'mcprl_trainer_phase_seconds{{phase="{phase}"}} 0.0' in text
+    for kind in TOOL_ERROR_KINDS:  # a run whose agent made no error still has the series
+        assert f'mcprl_trainer_tool_errors_total{{kind="{kind}"}} 0.0' in text
     metrics.observe_step(1, {"rollout_seconds": 2.5, "train_seconds": 1.25})
     text = generate_latest(metrics.registry).decode()
     assert 'mcprl_trainer_phase_seconds{phase="rollout"} 2.5' in text

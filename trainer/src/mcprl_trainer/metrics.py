@@ -38,6 +38,9 @@ STEP_GAUGES: dict[str, tuple[str, str]] = {
 }
 
 STEP_PHASES = ("rollout", "judge", "train", "publish")
+# The kinds of an agent's tool error (mcp_tools.ToolResult.error_kind, and malformed calls).
+TOOL_ERROR_KINDS = ("tool_error", "unknown_tool", "bad_arguments", "timeout", "protocol",
+                    "malformed")
 
 
 class TrainerMetrics:
@@ -67,6 +70,8 @@ class TrainerMetrics:
                                 ["finish_reason"], registry=r)
         self.tool_errors = Counter("mcprl_trainer_tool_errors",
                                    "Tool errors the agent made, by kind.", ["kind"], registry=r)
+        for kind in TOOL_ERROR_KINDS:  # 0 from the first scrape, so rates exist at 0 errors
+            self.tool_errors.labels(kind)
         self.groups_skipped = Counter("mcprl_trainer_groups_skipped",
                                       "Groups not trained on, by reason.", ["reason"], registry=r)
         self.rollouts_retried = Counter(
