@@ -28,6 +28,9 @@ def test_defaults_follow_the_issue(tmp_path) -> None:
     assert cfg.train.lr == 1e-5 and cfg.train.kl_coef == 0.0
     assert cfg.train.skip_zero_variance and cfg.train.loss_aggregation == "token_mean"
     assert cfg.status.port == 8930
+    assert cfg.train.max_staleness == 0  # synchronous unless asked
+    assert load_config(_write(tmp_path, MINIMAL), env={"TRAINER_TRAIN__MAX_STALENESS": "1"}
+                       ).train.max_staleness == 1
     assert cfg.served_base == "models/tiny-test" and cfg.served_adapter == "run"
 
 
@@ -80,6 +83,8 @@ def test_precedence_overrides_then_trainer_env_then_aliases_then_yaml(tmp_path,
     ({"scenarios": {"set_id": "s1"}}, "scenarios.dir"),
     ({"typo_field": 1}, "typo_field"),
     ({"name": "../escape"}, "name"),
+    ({"train": {"max_staleness": 2}}, "max_staleness"),
+    ({"train": {"max_staleness": 1}, "sleep_engine_during_train": True}, "max_staleness"),
 ])
 def test_invalid_configs_are_rejected_with_the_field_named(tmp_path, bad, match) -> None:
     data = {**MINIMAL, **bad}

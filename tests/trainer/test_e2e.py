@@ -67,6 +67,10 @@ async def test_one_rl_step_end_to_end(stack, tmp_path) -> None:
     # Step 1 samples from the base model, step 2 from the adapter step 1 published.
     assert history[0]["sampled_with"] == stack.base_model
     assert history[1]["sampled_with"] == "e2e"
+    # Synchronous (train.max_staleness 0): every step on-policy, waiting for its rollouts.
+    assert [h["policy_version"] for h in history] == [0, 1]
+    assert [h["staleness"] for h in history] == [0, 0]
+    assert all(h["rollout_wait_seconds"] >= h["rollout_seconds"] for h in history)
     for step, served in ((1, stack.base_model), (2, "e2e")):
         rows = _rows(run / "rollouts" / f"step-{step}.jsonl")
         assert len(rows) == 8 and all(r["reward"] is not None for r in rows)

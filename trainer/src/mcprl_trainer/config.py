@@ -225,6 +225,16 @@ class TrainConfig(_Section):
         "gradient_checkpointing (a recomputed pass would append to the cache twice)."
     )
 
+    max_staleness: int = Field(
+        0, ge=0, le=1, description="Rollouts overlapped with the update: 0 = synchronous "
+        "(each step's rollouts sampled from the adapter of the step before, then the update); "
+        "1 = step k+1's rollouts are collected while step k's update runs, from the adapter "
+        "served when they started (one step off-policy; the GRPO ratio against the sampler's "
+        "log-probs corrects for it). A batch more than this many updates older than the "
+        "weights it would train is dropped and collected again (mcprl_trainer_stale_batches"
+        "_total). Not with sleep_engine_during_train (the engine samples during the update)."
+    )
+
     @model_validator(mode="after")
     def _prefix_without_checkpointing(self) -> TrainConfig:
         if self.shared_prefix and self.gradient_checkpointing:
@@ -340,6 +350,9 @@ class RunConfig(BaseSettings):
             raise ValueError("rollout.max_tokens_per_turn exceeds rollout.max_context")
         if ro.min_tokens_per_turn > ro.max_tokens_per_turn:
             raise ValueError("rollout.min_tokens_per_turn exceeds rollout.max_tokens_per_turn")
+        if self.train.max_staleness > 0 and self.sleep_engine_during_train:
+            raise ValueError("train.max_staleness > 0 overlaps rollouts with the update: it "
+                             "cannot be combined with sleep_engine_during_train")
         return self
 
     @classmethod

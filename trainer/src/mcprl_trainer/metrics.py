@@ -35,6 +35,16 @@ STEP_GAUGES: dict[str, tuple[str, str]] = {
                            "Tokens (forward+backward) per second of the update."),
     "mean_turns": ("mcprl_trainer_turns_mean", "Mean turns per rollout, last step."),
     "lr": ("mcprl_trainer_learning_rate", "Learning rate of the last update."),
+    # What shows rollouts overlapped with the update (train.max_staleness, overlap.py):
+    "rollout_wait_seconds": ("mcprl_trainer_rollout_wait_seconds",
+                             "Seconds the update loop waited for the last step's rollouts "
+                             "(their whole collection when synchronous)."),
+    "staleness": ("mcprl_trainer_policy_staleness_steps",
+                  "Updates between the policy that sampled the last step's batch and the "
+                  "weights it trained (0 = on-policy)."),
+    "update_idle_share": ("mcprl_trainer_update_idle_ratio",
+                          "Share of the last step's wall time the update loop was not "
+                          "updating (waiting for rollouts, checkpoint, publish)."),
 }
 
 STEP_PHASES = ("rollout", "judge", "train", "publish")
@@ -87,6 +97,9 @@ class TrainerMetrics:
         self.adapter_republished = Counter(
             "mcprl_trainer_adapter_republished", "Adapters loaded again into an engine that had "
             "lost them (it restarted).", registry=r)
+        self.stale_batches = Counter(
+            "mcprl_trainer_stale_batches", "Step batches older than train.max_staleness "
+            "updates, dropped and collected again (never trained on).", registry=r)
         self.tokens = Counter("mcprl_trainer_tokens", "Tokens processed, by kind.", ["kind"],
                               registry=r)
         self.gpu_memory = Gauge("mcprl_trainer_gpu_memory_bytes",
@@ -128,6 +141,7 @@ class TrainerMetrics:
                 self.phase_seconds.labels(phase).set(metrics[key])
         self.groups_skipped.labels("zero_variance").inc(metrics.get("groups_zero_variance", 0))
         self.groups_skipped.labels("failed").inc(metrics.get("groups_failed", 0))
+        self.stale_batches.inc(metrics.get("stale_batches_dropped", 0))
         self.tokens.labels("sampled").inc(metrics.get("sampled_tokens", 0))
         self.tokens.labels("trained").inc(metrics.get("train_tokens", 0))
         if "gpu_memory_bytes" in metrics:

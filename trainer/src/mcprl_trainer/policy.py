@@ -35,6 +35,7 @@ class SampledTurn:
     finish_reason: str  # "stop" | "length"
     model: str
     seconds: float = 0.0
+    policy_version: int | None = None  # set by the publisher (mcprl_trainer.publish)
 
 
 def _root(base_url: str) -> str:

@@ -12,11 +12,17 @@ that was left out (:mod:`mcprl_trainer.engines`) may come back without them. Bef
 samples from the served adapter it is loaded there if that replica's version is not known to
 be the latest, so rollouts go on with the policy they were meant to sample from, never
 silently with the base model or an older adapter.
+
+Each sampled turn is stamped with the policy version of what sampled it (the version given
+to :meth:`AdapterPublisher.publish` for the adapter the replica holds; 0 for the base
+model), which is what the overlapped loop checks staleness against
+(:mod:`mcprl_trainer.overlap`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -84,6 +90,7 @@ class AdapterPublisher:
         self.on_retry = on_retry
         self.on_republish = on_republish
         self.latest: Path | None = None
+        self.versions: dict[Path, int] = {}  # adapter path -> policy version
         self._lock = asyncio.Lock()
 
     @property
@@ -121,12 +128,15 @@ class AdapterPublisher:
             raise ServiceUnavailableError(
                 f"no engine replica took the adapter: {failed[0][1]}") from failed[0][1]
 
-    async def publish(self, checkpoint_path: Path) -> str:
+    async def publish(self, checkpoint_path: Path, version: int | None = None) -> str:
         """Load ``checkpoint_path``'s adapter into every replica that is up (retrying while
-        none is); a replica left out gets it when it is back, before it samples."""
+        none is); a replica left out gets it when it is back, before it samples. ``version``
+        is the policy version turns sampled from it are stamped with."""
 
         async with self._lock:
             self.latest = checkpoint_path
+            if version is not None:
+                self.versions[checkpoint_path] = version
             await self.retry.call(lambda: self._publish_all(checkpoint_path),
                                   what="publishing the adapter", on_retry=self.on_retry)
         return self.config.served_adapter
@@ -155,12 +165,18 @@ class AdapterPublisher:
                 self.on_republish()
 
     # -- sampling -------------------------------------------------------------------------
+    def _version(self, replica: Replica, model: str) -> int | None:
+        if model != self.config.served_adapter:
+            return 0  # the base model: what step 1 samples without a warm start
+        return None if replica.adapter is None else self.versions.get(replica.adapter)
+
     async def complete_on(self, replica: Replica, model: str, prompt_ids: list[int], *,
                           max_tokens: int, temperature: float, top_p: float = 1.0,
                           seed: int | None = None,
                           stop_token_ids: list[int] | None = None) -> SampledTurn:
         for attempt in range(2):
             await self._ensure(replica, model)
+            before = self._version(replica, model)
             replica.open_requests += 1
             replica.requests += 1
             try:
@@ -179,7 +195,9 @@ class AdapterPublisher:
             finally:
                 replica.open_requests -= 1
             self.pool.mark_ok(replica)
-            return turn
+            after = self._version(replica, model)  # a publish during the request: the older
+            known = [v for v in (before, after) if v is not None]
+            return dataclasses.replace(turn, policy_version=min(known, default=None))
         raise AssertionError("unreachable")
 
     async def complete(self, model: str, prompt_ids: list[int], *, max_tokens: int,

@@ -29,6 +29,9 @@ class TurnRecord:
     model: str  # the served model (base or adapter) that sampled the turn
     appended_ids: list[int] = field(default_factory=list)  # glue + tool results + next prompt
     seconds: float = 0.0
+    # The policy version that sampled it (0 = base or warm start, N = checkpoint step-N's
+    # adapter) as the publisher knew the replica's adapter; None = not tracked (scripted).
+    policy_version: int | None = None
 
 
 @dataclass
@@ -74,3 +77,10 @@ class RolloutResult:
     components: dict[str, float] = field(default_factory=dict)
     explanation: str = ""  # the judge's, for the run report
     advantage: float | None = None  # set when the step's batch is built
+
+    @property
+    def policy_version(self) -> int | None:
+        """The oldest policy version among its turns (what its staleness is counted from)."""
+
+        return min((t.policy_version for t in self.tokens.turns
+                    if t.policy_version is not None), default=None)

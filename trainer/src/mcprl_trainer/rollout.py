@@ -121,7 +121,8 @@ async def run_rollout(
         )
         ids = list(sampled.token_ids)
         turn_rec = TurnRecord(length, ids, list(sampled.logprobs), sampled.finish_reason,
-                              sampled.model, seconds=sampled.seconds)
+                              sampled.model, seconds=sampled.seconds,
+                              policy_version=sampled.policy_version)
         record.turns.append(turn_rec)
         length += len(ids)
         ended_with_eos = bool(ids) and ids[-1] == eos

@@ -47,6 +47,7 @@ def rollout_rows(step: int, groups: list[ScoredGroup]) -> list[dict[str, Any]]:
                          "scenario": scenario, "reward": r.reward, "components": r.components,
                          "explanation": r.explanation, "advantage": r.advantage,
                          "group_error": group.error, "seconds": round(r.seconds, 3),
+                         "policy_version": r.policy_version,
                          "trajectory": r.trajectory.model_dump(mode="json")})
     return rows
 

@@ -4,10 +4,17 @@ train -> checkpoint -> publish -> (eval). Resumable from the latest checkpoint.
 Step numbers are 1-based; ``checkpoints/step-N`` is the state *after* step N. The scenarios
 and sampling seeds of step N depend only on ``(seed, N)``, so a resumed run continues exactly
 where the crashed one stopped.
+
+With ``train.max_staleness = 1`` the next step's rollouts are collected while this step's
+update runs (in a worker thread, so the event loop keeps sampling), and a new adapter is
+published only between two collections (:mod:`mcprl_trainer.overlap`): step N trains on
+rollouts from ``checkpoints/step-(N-2)``'s adapter (the base or warm start for N <= 2), a
+schedule a resumed run follows too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -20,8 +27,10 @@ import torch
 from mcprl_trainer.batch import build_step_batch
 from mcprl_trainer.checkpoint import (
     Checkpoint,
+    checkpoints_dir,
     clean_temporaries,
     latest_checkpoint,
+    list_checkpoints,
     load_trainer_state,
     prune_checkpoints,
     restore_rng,
@@ -36,6 +45,7 @@ from mcprl_trainer.html_report import update_report_safely
 from mcprl_trainer.judge_client import JudgeClient
 from mcprl_trainer.metrics import TrainerMetrics
 from mcprl_trainer.modeling import load_tokenizer
+from mcprl_trainer.overlap import CollectedBatch, Prefetch, sample_version, staleness
 from mcprl_trainer.publish import AdapterPublisher, engine_asleep
 from mcprl_trainer.records import RolloutResult
 from mcprl_trainer.recovery import RetryWindow
@@ -115,6 +125,8 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.evals: list[dict[str, Any]] = []
         self.current_model = config.served_base
+        self.version = 0  # the policy version of the trainer's weights (mcprl_trainer.overlap)
+        self.served_version = 0  # the one rollouts sample from now
 
     # -- setup ---------------------------------------------------------------------------------
     def _prepare_dir(self) -> Checkpoint | None:
@@ -175,35 +187,76 @@ class Trainer:
         return {"history": self.history, "evals": self.evals,
                 "served_model": self.current_model}
 
-    async def _train_step(self, step: int, runner: GroupRunner, splits: ScenarioSplits,
-                          group: UpdateGroup, publisher: AdapterPublisher) -> None:
+    # -- policy versions (see mcprl_trainer.overlap) ----------------------------------------
+    def _version_path(self, version: int) -> Path | None:
+        """The adapter of a policy version: a checkpoint's, the warm start, None = the base."""
+
+        if version == 0:
+            return self.config.lora.init_adapter
+        return checkpoints_dir(self.run_dir) / f"step-{version}"
+
+    def _available_versions(self) -> set[int]:
+        steps = {c.step for c in list_checkpoints(self.run_dir)}
+        return {0} | steps
+
+    async def _serve(self, version: int, publisher: AdapterPublisher) -> None:
+        """Make ``version`` the policy rollouts sample from (publishing its adapter)."""
+
+        if version == self.served_version:
+            return
+        path = self._version_path(version)
+        if path is None:
+            self.current_model = self.config.served_base
+        else:
+            self.current_model = await publisher.publish(path, version=version)
+        self.served_version = version
+
+    async def _collect(self, step: int, version: int, runner: GroupRunner, splits: ScenarioSplits,
+                       publisher: AdapterPublisher, *, show: bool = True) -> CollectedBatch:
+        """Step ``step``'s scored groups, sampled from policy ``version``."""
+
         cfg = self.config
-        t_step = time.perf_counter()
+        await self._serve(version, publisher)
         scenarios = step_scenarios(splits.train, step, cfg.groups_per_step, cfg.seed)
-        self.status.update(phase="rollout", step=step)
-        self.progress.phase(f"step {step}/{cfg.steps} rollouts",
-                            cfg.groups_per_step * cfg.group_size)
-        batch = await runner.run(scenarios, group_size=cfg.group_size, model=self.current_model,
+        if show:
+            self.progress.phase(f"step {step}/{cfg.steps} rollouts",
+                                cfg.groups_per_step * cfg.group_size)
+        model = self.current_model
+        batch = await runner.run(scenarios, group_size=cfg.group_size, model=model,
                                  settings=self._rollout_settings(), seed_parts=(cfg.seed, step),
                                  on_rollout=self._on_rollout)
+        return CollectedBatch(step, version, model, batch)
+
+    # -- stages ----------------------------------------------------------------------------------
+    async def _train_step(self, step: int, collected: CollectedBatch, t_step: float,
+                          extra: dict[str, float], group: UpdateGroup,
+                          publisher: AdapterPublisher) -> None:
+        cfg = self.config
+        overlap = cfg.train.max_staleness > 0
+        batch = collected.batch
         if not batch.ok:
             raise RuntimeError(f"step {step}: every group failed ({batch.failed[0].error})")
         step_batch = build_step_batch(batch, cfg.train, seed=cfg.seed, step=step,
                                       success_threshold=cfg.eval.success_threshold)
         self._save_rollouts(train_rollouts_path(self.run_dir, step), step, batch.groups)
         m = dict(step_batch.metrics)
+        m.update(extra)
         self.status.update(phase="train")
         self.progress.phase(f"step {step}/{cfg.steps} update", None)
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         t_train = time.perf_counter()
         async with engine_asleep(publisher.pool, cfg.sleep_engine_during_train):
-            m.update(group.step(step_batch.samples))
+            if overlap:  # off the event loop: the next step's rollouts go on meanwhile
+                m.update(await asyncio.to_thread(group.step, step_batch.samples))
+            else:
+                m.update(group.step(step_batch.samples))
         m["train_seconds"] = time.perf_counter() - t_train
         if torch.cuda.is_available():
             m["gpu_memory_bytes"] = float(torch.cuda.max_memory_allocated())
         m["step"] = step
-        m["sampled_with"] = self.current_model  # type: ignore[assignment]
+        m["sampled_with"] = collected.model  # type: ignore[assignment]
+        m["policy_version"] = collected.version
         m["finish_reasons"] = step_batch.finish_reasons  # type: ignore[assignment]
         m["tool_errors"] = step_batch.tool_errors  # type: ignore[assignment]
         m["rollouts_retried"] = batch.rollouts_retried
@@ -213,19 +266,69 @@ class Trainer:
         t_pub = time.perf_counter()
         self.history.append(m)
         ckpt = save_checkpoint(self.run_dir, step, group, group.trainer_state(), self._state())
-        self.current_model = await publisher.publish(ckpt.path)
+        self.version = step
+        if not overlap:  # overlapped: published when no collection is in flight
+            self.current_model = await publisher.publish(ckpt.path, version=step)
+            self.served_version = step
         m["publish_seconds"] = time.perf_counter() - t_pub
         m["step_seconds"] = time.perf_counter() - t_step
+        m["update_idle_share"] = max(0.0, 1.0 - m["train_seconds"] / m["step_seconds"])
         self._write_jsonl("metrics.jsonl", self.history)
         update_report_safely(self.run_dir, steps=[step])
-        prune_checkpoints(self.run_dir, cfg.keep_checkpoints, cfg.keep_checkpoints_every)
+        keep = cfg.keep_checkpoints
+        if overlap and keep:  # the adapter still sampled from stays on disk
+            keep = max(keep, 2)
+        prune_checkpoints(self.run_dir, keep, cfg.keep_checkpoints_every)
         self.metrics.observe_step(step, m)
         self.status.update(last_step={k: v for k, v in m.items() if not isinstance(v, dict)})
         self.progress.step_done(step_line(step, cfg.steps, m))
-        if self._eval_due(step):
-            await self._eval(runner, splits, step)
-            # Record the eval in the checkpoint, so a crash before it is redone on resume.
-            save_checkpoint(self.run_dir, step, group, group.trainer_state(), self._state())
+
+    async def _run_steps(self, start: int, runner: GroupRunner, splits: ScenarioSplits,
+                         group: UpdateGroup, publisher: AdapterPublisher) -> bool:
+        """Steps ``start+1 .. steps``; True when a stop request ended them early. With
+        overlap, the next step's rollouts run during this step's update (``prefetch``)."""
+
+        cfg = self.config
+        max_stale = cfg.train.max_staleness
+        prefetch = Prefetch()
+        try:
+            for step in range(start + 1, cfg.steps + 1):
+                if self.stop.is_set():
+                    return True  # the prefetched batch is cancelled below, never trained on
+                t_step = time.perf_counter()
+                self.status.update(phase="rollout", step=step)
+                if prefetch.holds(step):
+                    collected = await prefetch.take()
+                else:
+                    version = sample_version(self.version, max_stale,
+                                             self._available_versions())
+                    collected = await self._collect(step, version, runner, splits, publisher)
+                dropped = 0
+                while staleness(self.version, collected) > max_stale:
+                    dropped += 1
+                    log.warning("stale rollout batch dropped", extra={
+                        "step": step, "sampled_version": collected.version,
+                        "trainer_version": self.version, "max_staleness": max_stale})
+                    collected = await self._collect(step, self.version, runner, splits,
+                                                    publisher)
+                extra = {"rollout_wait_seconds": time.perf_counter() - t_step,
+                         "staleness": float(staleness(self.version, collected)),
+                         "stale_batches_dropped": float(dropped)}
+                if max_stale > 0 and step < cfg.steps:
+                    # Nothing samples now: publishing the trainer's version is safe.
+                    prefetch.start(step + 1, self._collect(step + 1, self.version, runner,
+                                                           splits, publisher, show=False))
+                await self._train_step(step, collected, t_step, extra, group, publisher)
+                if self._eval_due(step):
+                    await prefetch.settle()  # the eval samples the new adapter alone
+                    await self._serve(self.version, publisher)
+                    await self._eval(runner, splits, step)
+                    # Record the eval in the checkpoint, so a crash before it is redone on resume.
+                    save_checkpoint(self.run_dir, step, group, group.trainer_state(),
+                                    self._state())
+            return False
+        finally:
+            await prefetch.cancel()
 
     # -- the run -----------------------------------------------------------------------------
     async def run(self) -> RunOutcome:
@@ -264,11 +367,12 @@ class Trainer:
                 state = latest.state()
                 self.history = [h for h in state.get("history", []) if h["step"] <= latest.step]
                 self.evals = [e for e in state.get("evals", []) if e["step"] <= latest.step]
-                start = latest.step
-                self.current_model = await publisher.publish(latest.path)
+                start = self.version = latest.step
+                self.current_model = await publisher.publish(latest.path, version=start)
+                self.served_version = start
                 log.info("resumed from %s (step %d done)", latest.path, start)
             elif cfg.lora.init_adapter is not None:  # step 0 samples the warm start
-                self.current_model = await publisher.publish(cfg.lora.init_adapter)
+                self.current_model = await publisher.publish(cfg.lora.init_adapter, version=0)
                 log.info("starting from adapter %s", cfg.lora.init_adapter)
             self._write_jsonl("metrics.jsonl", self.history)
             self._write_jsonl("evals.jsonl", self.evals)
@@ -287,11 +391,7 @@ class Trainer:
                 if latest is not None:
                     save_checkpoint(self.run_dir, start, group, group.trainer_state(),
                                     self._state())
-            for step in range(start + 1, cfg.steps + 1):
-                if self.stop.is_set():
-                    stopped = True
-                    break
-                await self._train_step(step, runner, splits, group, publisher)
+            stopped = await self._run_steps(start, runner, splits, group, publisher)
             self.status.update(phase="stopped" if stopped else "done")
             group.close()  # the followers return (after a failure torchrun stops them)
         except BaseException as exc:
