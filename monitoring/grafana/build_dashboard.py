@@ -41,6 +41,13 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ("Step time by phase", "s", "bars", [
             ("sum by (phase) (mcprl_trainer_phase_seconds)", "{{phase}}")],
          "Seconds of the last step spent in rollout, judge, train and publish."),
+        ("Overlap: rollout wait and idle share", "none", "timeseries", [
+            ("mcprl_trainer_rollout_wait_seconds", "rollout wait (s)"),
+            ("mcprl_trainer_update_idle_ratio", "update idle share"),
+            ("mcprl_trainer_policy_staleness_steps", "staleness (steps)")],
+         "Seconds the update loop waited for the last step's rollouts, the share of the step "
+         "it was not updating, and how many updates the batch's policy lagged "
+         "(train.max_staleness: 0 when synchronous, 1 when overlapped)."),
         ("Throughput", "short", "timeseries", [
             ("mcprl_trainer_rollout_tokens_per_second", "rollout tokens/s"),
             ("mcprl_trainer_train_tokens_per_second", "train tokens/s")],
