@@ -4,6 +4,9 @@ generation, the expert, SFT of the tiny test model and the held-out eval through
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -60,3 +63,33 @@ def test_recipe_runs_every_stage(tmp_path: Path, tiny_test_model: Path, monkeypa
     assert (out / "tokenizer.json").exists() and (out / "chat_template.jinja").exists()
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not left, f"processes left running: {left}"
+
+
+def test_sigterm_stops_the_services_it_started(tmp_path: Path, tiny_test_model: Path) -> None:
+    """SIGTERM mid-stage: the recipe exits 130 and its MCP servers are stopped with it."""
+
+    config = {
+        "seed": 1, "work_dir": str(tmp_path / "work"), "output_dir": str(tmp_path / "model"),
+        "trainer_config": "configs/demo.yaml",
+        "base": {"path": str(tiny_test_model), "spec": None},
+        "scenarios": {"n": 40, "val_fraction": 0.25, "train_db_seeds": [1, 2, 3]},
+    }
+    path = tmp_path / "warmstart.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen([sys.executable, "-m", "mcprl_demo.warmstart", "--config", str(path),
+                             "--stages", "scenarios,expert"], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "MCP server (database seed" in line:
+            break
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "".join(lines)
+    proc.send_signal(signal.SIGTERM)
+    out = "".join(lines) + proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, out
+    assert "interrupted (SIGTERM)" in out
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left running: {[p.pid for p in alive]}\n{out}"

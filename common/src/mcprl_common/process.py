@@ -18,6 +18,20 @@ import httpx
 import uvicorn
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def sigterm_as_interrupt() -> None:
+    """Make SIGTERM behave like Ctrl-C in this (main-thread) CLI.
+
+    The default SIGTERM action ends the process at once, so ``finally`` blocks and exit
+    stacks never run and the services a CLI started (each in its own session) outlive it.
+    """
+
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from mcprl_common.process import sigterm_as_interrupt
 from mcprl_demo.config import default_config, load_demo_config
 
 
@@ -70,15 +70,9 @@ def ensure_base_model(model: str, console: Console) -> None:
     build(source, path.parent)
 
 
-def _interrupt(signum: int, _frame: object) -> None:
-    """SIGTERM behaves like Ctrl-C, so the stack's teardown runs before the process exits."""
-
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    sigterm_as_interrupt()  # the stack's teardown runs before the process exits
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     overrides: dict[str, Any] = dict(args.overrides)

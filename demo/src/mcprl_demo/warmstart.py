@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from mcprl_common.process import sigterm_as_interrupt
 from mcprl_demo.warmstart_config import WarmStartConfig, load_warmstart_config
 
 STAGES = ("scenarios", "expert", "sft", "eval")
@@ -363,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                         type=_parse_override, metavar="KEY=VALUE",
                         help="override a config field, e.g. --set sft.steps=200")
     args = parser.parse_args(argv)
+    sigterm_as_interrupt()  # the MCP server and engines it starts are stopped on the way out
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
@@ -374,19 +376,24 @@ def main(argv: list[str] | None = None) -> int:
     ws = Workspace(cfg)
     ws.root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with ExitStack() as exits:
-        services = Services(ws, exits)
-        for stage in stages:
-            t0 = time.perf_counter()
-            if stage == "scenarios":
-                stage_scenarios(ws, services)
-            elif stage == "expert":
-                stage_expert(ws, services)
-            elif stage == "sft":
-                stage_sft(ws)
-            elif stage == "eval":
-                stage_eval(ws, services)
-            _say(f"stage {stage} took {time.perf_counter() - t0:.0f}s")
+    try:
+        with ExitStack() as exits:
+            services = Services(ws, exits)
+            for stage in stages:
+                t0 = time.perf_counter()
+                if stage == "scenarios":
+                    stage_scenarios(ws, services)
+                elif stage == "expert":
+                    stage_expert(ws, services)
+                elif stage == "sft":
+                    stage_sft(ws)
+                elif stage == "eval":
+                    stage_eval(ws, services)
+                _say(f"stage {stage} took {time.perf_counter() - t0:.0f}s")
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the services are already stopped
+        _say(f"interrupted ({exc or 'SIGINT'}) after {time.perf_counter() - started:.0f}s; "
+             "the files of finished stages are kept (--stages runs the rest)")
+        return 130
     _say(f"done in {time.perf_counter() - started:.0f}s")
     return 0
 

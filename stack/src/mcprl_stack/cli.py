@@ -11,28 +11,19 @@ until Ctrl-C or SIGTERM (or until a service dies), then stops every process it s
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 from mcprl_common.logging import configure_logging
+from mcprl_common.process import sigterm_as_interrupt
 from mcprl_stack.config import StackSettings
 from mcprl_stack.envfile import render
 from mcprl_stack.local_stack import LocalStack, StackError, log_tail
 from mcprl_stack.services import SERVICES
 
 _SECRET_HINTS = ("KEY", "TOKEN", "PASSWORD", "SECRET")
-
-
-class _Stop(Exception):
-    """Raised from the SIGTERM handler so teardown runs in ``finally``."""
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise _Stop(signal.Signals(signum).name)
 
 
 def _config(args: argparse.Namespace) -> StackSettings:
@@ -53,7 +44,7 @@ def _config(args: argparse.Namespace) -> StackSettings:
 
 
 def _up(config: StackSettings) -> int:
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    sigterm_as_interrupt()  # teardown runs in ``finally``
     stack = LocalStack(config)
     print(f"starting {', '.join(config.services)} (logs in {stack.log_dir}) ...", flush=True)
     code = 0
@@ -82,7 +73,7 @@ def _up(config: StackSettings) -> int:
     except StackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         code = 1
-    except (KeyboardInterrupt, _Stop):
+    except KeyboardInterrupt:
         print("\nstopping ...", flush=True)
     finally:
         codes = stack.stop()
