@@ -230,24 +230,33 @@ def test_overlapped_steps_train_on_exactly_what_the_engine_sampled(overlapped: R
 def test_stop_cancels_the_prefetched_rollouts_and_resume_follows_the_schedule(
         stack, proxy, overlapped: Run, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    url, _ = proxy
+    url, recording = proxy
     config = _config(stack, tmp_path, url, "overlap-stop")
     stop = threading.Event()
 
+    def sigterm(call: int) -> None:
+        # SIGTERM's effect while step 1 trains; the engine is slow from now on, so step 2's
+        # rollouts are surely still in flight when the update is done.
+        recording.hold.set()
+        stop.set()
+
     async def stopped_run() -> tuple[RunOutcome, list[str]]:
         trainer = Trainer(config, stop=stop)
-        # SIGTERM's effect, while step 1 trains and step 2's rollouts are in flight.
-        UpdateSpy(trainer, on_call=lambda n: stop.set())
+        UpdateSpy(trainer, on_call=sigterm)
         outcome = await trainer.run()
         left = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("rollouts")]
         return outcome, left
 
-    with caplog.at_level("INFO", logger="mcprl_trainer.overlap"):
-        outcome, left = asyncio.run(stopped_run())
+    try:
+        with caplog.at_level("INFO", logger="mcprl_trainer.overlap"):
+            outcome, left = asyncio.run(stopped_run())
+    finally:
+        recording.hold.clear()
     run = config.run_dir
     assert outcome.stopped_early and outcome.steps_done == 1
-    assert "cancelling the prefetched rollouts" in caplog.text  # it was still in flight
-    assert left == []  # and it was cancelled and awaited
+    assert recording.held > 0  # step 2's rollouts were waiting for the engine
+    assert "cancelling the prefetched rollouts" in caplog.text
+    assert left == []  # the prefetch was cancelled and awaited
     assert not (run / "rollouts" / "step-2.jsonl").exists()  # never trained on, nor kept
     assert [h["step"] for h in _rows(run / "metrics.jsonl")] == [1]
 

@@ -304,13 +304,17 @@ class Trainer:
                                              self._available_versions())
                     collected = await self._collect(step, version, runner, splits, publisher)
                 dropped = 0
-                while staleness(self.version, collected) > max_stale:
-                    dropped += 1
+                if staleness(self.version, collected) > max_stale:
+                    dropped = 1
                     log.warning("stale rollout batch dropped", extra={
                         "step": step, "sampled_version": collected.version,
                         "trainer_version": self.version, "max_staleness": max_stale})
                     collected = await self._collect(step, self.version, runner, splits,
                                                     publisher)
+                    if staleness(self.version, collected) > max_stale:
+                        raise RuntimeError(f"step {step}: rollouts collected again from "
+                                           f"version {self.version} report version "
+                                           f"{collected.version}")
                 extra = {"rollout_wait_seconds": time.perf_counter() - t_step,
                          "staleness": float(staleness(self.version, collected)),
                          "stale_batches_dropped": float(dropped)}

@@ -2,10 +2,11 @@
 completion (the exact prompt ids, the token ids and log-probs the engine answered) and every
 adapter load, with their times. Tests compare what the trainer trained on with what the
 engine really returned, and which adapter it served when, without trusting the trainer's
-own records."""
+own records; ``Recording.hold`` makes the engine slow on demand."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import threading
@@ -37,6 +38,9 @@ class Exchange:
 class Recording:
     exchanges: list[Exchange] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # While set, completion requests wait in the proxy before going on (a slow engine).
+    hold: threading.Event = field(default_factory=threading.Event)
+    held: int = 0  # completion requests that waited
 
     def of(self, suffix: str) -> list[Exchange]:
         with self.lock:
@@ -60,6 +64,10 @@ def recording_proxy(upstream_root: str) -> tuple[Starlette, Recording]:
     async def forward(request: Request) -> Response:
         http = client["c"]
         body = await request.body()
+        if recording.hold.is_set() and request.url.path.endswith("/completions"):
+            recording.held += 1
+            while recording.hold.is_set():  # noqa: ASYNC110 (set by the test's thread)
+                await asyncio.sleep(0.05)
         started = time.monotonic()
         upstream = await http.request(
             request.method, f"{upstream_root}{request.url.path}",
