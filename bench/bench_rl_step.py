@@ -54,7 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--micro-batch-tokens", type=int, default=None,
                    help="our update's padded tokens per micro-batch (default: 32768 on 3b, "
                         "as configs/qwen2.5-3b.yaml; 4096 on tiny)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads, of this process and the engine's")
     p.add_argument("--workdir", type=Path, default=None,
                    help="where the model folder and our run go (default: a temporary one)")
     p.add_argument("--out", type=Path, default=None,
@@ -101,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if args.threads:  # the engine process inherits them
+        os.environ.update({"OMP_NUM_THREADS": str(args.threads),
+                           "MKL_NUM_THREADS": str(args.threads)})
     import torch
     from rl_step_ours import run_ours
     from rl_step_trl import run_trl, trl_available
