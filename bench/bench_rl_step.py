@@ -1,6 +1,6 @@
 """One RL step, ours next to TRL's ``GRPOTrainer``, on the same GPU in one run (JSON).
 
-The workload is the TRL anchor's (issue 15, bench/anchors.json's H200 note): random weights
+The workload is the TRL anchor's (issue 15; docs/benchmarks.md "One RL step"): random weights
 of Qwen2.5-3B's shape, 8 prompts x 8 rollouts, 512 random prompt ids, exactly 256 sampled
 tokens (eos ignored), LoRA r=8 / alpha=16 on all linear layers, bf16, gradient checkpointing,
 a cheap deterministic reward (bench/rl_step_common.py). ``--variant multiturn`` splits the
