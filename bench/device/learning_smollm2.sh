@@ -10,7 +10,10 @@
 #
 # Here, before the calls: `make gpu-wheels`, the warm start's demonstrations
 # (`bench/learning_run.py ... --prepare-only --out runs/lr-smollm2`, same arguments as RUN_ARGS
-# below) and the GGUF parts (`bench/device/split_gguf.sh`). What comes back: learning_run.json,
+# below) and the GGUF parts (`bench/device/split_gguf.sh`). Plan the lease: five runs of
+# BUDGET_S=180 (curve every step) were still running 555 s after `start` (2026-12-04), so
+# even a short run needs a second `wait` call; a `wait` that finds it running brings back
+# partial.tgz (the metrics and evals logged so far). What comes back: learning_run.json,
 # curves.png, results-section.md, the warm-start adapter and the logs (tarballs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,9 +64,14 @@ wait_run() {
   while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $until ]; do sleep 10; done
   tail -n 25 "$RUN/progress.log"
   nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader || true
-  if kill -0 "$pid" 2>/dev/null; then echo "RUNNING"; return 0; fi
-  echo "DONE"
   local out=${OUT:-/tmp/out}
+  if kill -0 "$pid" 2>/dev/null; then
+    # A lease can end before the run does: bring back what the runs have logged so far.
+    tar -czf "$out/partial.tgz" -C "$RUN" progress.log \
+      $(cd "$RUN" && ls runs/*/metrics.jsonl runs/*/evals.jsonl 2>/dev/null) 2>/dev/null || true
+    echo "RUNNING"; return 0
+  fi
+  echo "DONE"
   cp "$RUN"/learning_run.json "$RUN"/curves.png "$RUN"/results-section.md "$out"/ 2>/dev/null || true
   tail -c 4000 "$RUN/run.log" > "$out/run-tail.txt" || true
   tar -czf "$out/warm-start.tgz" -C "$RUN/warmstart" model sft.json expert.json 2>/dev/null || true

@@ -146,3 +146,43 @@ def test_switching_adapters_never_drifts(lora_server, adapters, tiny_test_model,
         assert srv.http.post("/v1/unload_lora_adapter",
                              json={"lora_name": f"sw-{name}"}).status_code == 200
     assert _greedy(srv, srv.model)[0] == first[srv.model][0]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["merged", "unmerged"])
+def test_more_adapters_than_max_loras_evict_and_reload(tiny_test_model, adapters, serve_factory,
+                                                       tmp_path, mode) -> None:
+    """As in vLLM, loading beyond ``max_loras`` never fails: the least recently used adapter
+    leaves memory, stays listed, and a request for it loads it again with the same weights.
+    One whose folder is gone by then gets a 404 naming it and is no longer listed."""
+
+    import shutil
+
+    gone = shutil.copytree(adapters["b"], tmp_path / "soon-gone")
+    with serve_factory(tiny_test_model, max_loras=2, lora_mode=mode) as srv:
+        def load(name: str, path: Path) -> None:
+            r = srv.http.post("/v1/load_lora_adapter",
+                              json={"lora_name": name, "lora_path": str(path)})
+            assert r.status_code == 200, r.text
+
+        load("alpha", adapters["a"])
+        first_a = _greedy(srv, "alpha")
+        load("beta", adapters["b"])
+        first_b = _greedy(srv, "beta")
+        load("gone", gone)  # evicts alpha (least recently used)
+        assert srv.metric("mcprl_inference_lora_evictions_total") == 1
+        assert srv.metric("mcprl_inference_lora_resident") == 2
+        assert {m.id for m in srv.client.models.list().data} >= {"alpha", "beta", "gone"}
+
+        assert _greedy(srv, "alpha") == first_a  # reloaded from its folder; evicts beta
+        assert _greedy(srv, "beta") == first_b  # and beta again, evicting gone
+        assert srv.metric("mcprl_inference_lora_reloads_total") == 2
+        assert srv.metric("mcprl_inference_lora_registered") == 3
+
+        shutil.rmtree(gone)
+        r = srv.http.post("/v1/completions", json={"model": "gone", "prompt": PROMPT,
+                                                   "max_tokens": 2})
+        assert r.status_code == 404, r.text
+        assert "gone" in r.json()["error"]["message"]
+        assert "gone" not in {m.id for m in srv.client.models.list().data}
+        assert _greedy(srv, "alpha") == first_a

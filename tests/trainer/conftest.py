@@ -92,3 +92,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tiny_test_model: Path) -> It
             base_url=f"{engine.url}/v1", model=base, cache_enabled=False,
             explanation_max_chars=16, max_output_tokens=512, extra_body={"seed": 0}))
         yield Stack(mcp_url, db_path, f"{engine.url}/v1", base, judge_url, sg.url, set_id)
+
+
+@pytest.fixture(autouse=True)
+def _unload_adapters(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test's runs publish their adapter to the shared engine, which holds at most
+    ``max_loras``: unload them after the test so the next one starts from the base alone."""
+
+    yield
+    if "stack" not in request.fixturenames:
+        return
+    engine_url = request.getfixturevalue("stack").engine_url
+    for card in httpx.get(f"{engine_url}/models", timeout=30).json()["data"]:
+        if card.get("parent"):
+            httpx.post(f"{engine_url}/unload_lora_adapter", json={"lora_name": card["id"]},
+                       timeout=30).raise_for_status()

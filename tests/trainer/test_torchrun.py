@@ -23,7 +23,9 @@ def _run(argv: list[str], log: Path, timeout_s: float = 150) -> None:
     with log.open("ab") as out:
         proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                               timeout=timeout_s, check=False)
-    assert proc.returncode == 0, log.read_text()[-4000:]
+    text = log.read_text()
+    errors = [line for line in text.splitlines() if "Error" in line]  # every rank's cause
+    assert proc.returncode == 0, "\n".join(errors[:20]) + "\n...\n" + text[-3000:]
 
 
 def test_two_ranks_train_and_one_resumes(stack, tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ def build_state(settings: InferenceSettings, metrics: EngineMetrics) -> ServingS
                                        trust_remote_code=settings.trust_remote_code)
     for name, path in settings.static_loras():
         engine.lora.load(name, path)
+    metrics.watch_lora(engine.lora)
     engine.start()
     models = ServingModels(engine, settings.model_name, settings.model,
                            on_load=lambda _: metrics.lora_loads.labels(metrics.model_name).inc(),

@@ -6,7 +6,10 @@ registry (mcprl_common.metrics.new_registry) so tests can run many apps in one p
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from mcprl_inference.engine import RequestOutput
 
@@ -22,7 +25,7 @@ class EngineMetrics:
     """Implements the engine's observer hooks with Prometheus metrics."""
 
     def __init__(self, registry: CollectorRegistry, model_name: str) -> None:
-        self.model_name = model_name
+        self.model_name, self.registry = model_name, registry
         label = ["model_name"]
         self.running = Gauge("vllm:num_requests_running", "Sequences decoding now.", label,
                              registry=registry)
@@ -61,6 +64,11 @@ class EngineMetrics:
                        self.e2e, self.prefix_queries, self.prefix_hits):
             metric.labels(model_name)
 
+    def watch_lora(self, lora: Any) -> None:
+        """Export the LoRA manager's residency (read at scrape time, nothing to keep in sync)."""
+
+        self.registry.register(_LoraCollector(lora, self.model_name))
+
     def on_step(self, running: int, waiting: int, decode_batch: int) -> None:
         self.running.labels(self.model_name).set(running)
         self.waiting.labels(self.model_name).set(waiting)
@@ -80,3 +88,28 @@ class EngineMetrics:
         self.e2e.labels(self.model_name).observe(output.latency_s)
         for o in output.outputs:
             self.success.labels(self.model_name, o.finish_reason).inc()
+
+
+class _LoraCollector:
+    """``max_loras`` residency of a :class:`~mcprl_inference.engine.lora.LoraManager`."""
+
+    def __init__(self, lora: Any, model_name: str) -> None:
+        self.lora, self.model_name = lora, model_name
+
+    def collect(self):
+        for name, doc, value in (
+                ("mcprl_inference_lora_evictions", "Resident LoRA adapters evicted (LRU) to "
+                 "make room under max_loras.", self.lora.evictions),
+                ("mcprl_inference_lora_reloads", "Evicted LoRA adapters loaded again for a "
+                 "request.", self.lora.reloads)):
+            family = CounterMetricFamily(name, doc, labels=["model_name"])
+            family.add_metric([self.model_name], value)
+            yield family
+        for name, doc, value in (
+                ("mcprl_inference_lora_registered", "LoRA adapters servable (listed).",
+                 len(self.lora.adapters)),
+                ("mcprl_inference_lora_resident", "LoRA adapters in memory (at most max_loras).",
+                 self.lora.resident_count)):
+            family = GaugeMetricFamily(name, doc, labels=["model_name"])
+            family.add_metric([self.model_name], value)
+            yield family

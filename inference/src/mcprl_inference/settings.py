@@ -41,7 +41,9 @@ class InferenceSettings(ServiceSettings):
     cuda_graphs: bool = Field(True, description="Capture decode steps in CUDA graphs (CUDA only).")
     enable_lora: bool = Field(True, description="Serve /v1/load_lora_adapter and "
                                                 "/v1/unload_lora_adapter (vLLM --enable-lora).")
-    max_loras: int = Field(8, ge=1, description="LoRA adapters loaded at once at most.")
+    max_loras: int = Field(8, ge=1, description="LoRA adapters in memory at once at most; "
+                           "loading another evicts the least recently used, which a request "
+                           "for it loads again from its folder (vLLM's LRU).")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank accepted "
                                                      "(vLLM --max-lora-rank).")
     lora_mode: Literal["auto", "merged", "unmerged"] = Field(

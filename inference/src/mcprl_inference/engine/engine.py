@@ -30,7 +30,7 @@ import torch
 
 from mcprl_inference.engine.config import EngineConfig
 from mcprl_inference.engine.loader import eos_token_ids, resolve_device, resolve_dtype
-from mcprl_inference.engine.lora import LoraManager
+from mcprl_inference.engine.lora import LoraError, LoraManager
 from mcprl_inference.engine.model_runner import ModelRunner
 from mcprl_inference.engine.prefix_cache import PrefixCache
 from mcprl_inference.engine.sampling import SamplingBatch, SamplingParams, sample, unpack_bitmask
@@ -403,6 +403,9 @@ class LLMEngine:
                     continue
                 if (rows or admitted) and req.adapter != group:
                     break
+                if req.adapter is not None and not self._make_resident(req):
+                    self._waiting.popleft()
+                    continue
                 new_rows, new_len = rows + req.params.n, max(reserved, req.need_len)
                 if new_rows > self.config.max_batch_size or not self._fits(new_rows, new_len):
                     break
@@ -415,6 +418,19 @@ class LLMEngine:
         if admitted:
             self._group = group
             self._prefill(admitted, rows, reserved)
+
+    def _make_resident(self, req: EngineRequest) -> bool:
+        """Its adapter in memory (loaded again if ``max_loras`` evicted it); False, with the
+        request failed, when that is no longer possible (its folder is gone)."""
+
+        try:
+            if self.lora.ensure_resident(req.adapter):
+                self.runner.drop_graphs()  # captured with the weights it replaced
+        except LoraError as exc:
+            settle(req.future, error=EngineError(
+                f"The model `{req.adapter}` could not be loaded again: {exc}", "not_found"))
+            return False
+        return True
 
     def _prefill(self, requests: list[EngineRequest], rows: int, reserved: int) -> None:
         t0 = time.perf_counter()

@@ -6,6 +6,12 @@ LM head stay valid. Loading a name that exists replaces it (the trainer republis
 every step); ``version`` changes on every load so captured CUDA graphs of the old weights are
 never replayed.
 
+As in vLLM, a loaded adapter stays *registered* (listed, servable) however many there are;
+at most ``max_loras`` are *resident* in memory. Loading one more evicts the least recently
+used resident adapter, and a request for an evicted one loads it again from its folder
+(:meth:`LoraManager.ensure_resident`), so a long-lived engine serves run after run without
+anyone unloading the old ones.
+
 Activation has two modes. ``unmerged`` runs peft's LoRA branch in every adapted linear (two
 extra matmuls and peft's Python per module). ``merged`` writes ``W0 + scale * B @ A`` into
 the base weights when the active adapter changes and runs the plain base modules: the same
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +60,10 @@ class LoraManager:
         self.peft: Any = None
         self.max_loras = max_loras
         self.max_rank = max_rank
-        self.adapters: dict[str, Adapter] = {}
+        self.adapters: dict[str, Adapter] = {}  # registered: what /v1/models lists
+        self._resident: OrderedDict[str, None] = OrderedDict()  # in memory, LRU first
+        self.evictions = 0
+        self.reloads = 0
         self._versions = 0
         self._active: str | None = None
         dtype = next(model.parameters()).dtype
@@ -72,15 +82,54 @@ class LoraManager:
             raise LoraError(f"unreadable adapter_config.json in {path}: {exc}") from exc
 
     def load(self, name: str, path: str) -> Adapter:
+        """Register ``name`` at ``path`` and load it (replacing an adapter of that name)."""
+
         config = self._read_config(path)
         rank = int(config.get("r", 0) or 0)
         if rank > self.max_rank:
             raise LoraError(f"LoRA rank {rank} is greater than max_lora_rank {self.max_rank}")
-        if name not in self.adapters and len(self.adapters) >= self.max_loras:
-            raise LoraError(f"{self.max_loras} LoRA adapters are loaded (max_loras); unload one "
-                            "before loading another")
-        if name in self.adapters:
+        adapter = self._load_resident(name, str(path))
+        adapter.rank = rank
+        self.adapters[name] = adapter
+        log.info("lora loaded", extra={"lora_name": name, "lora_path": str(path), "rank": rank})
+        return adapter
+
+    def is_resident(self, name: str) -> bool:
+        return name in self._resident
+
+    @property
+    def resident_count(self) -> int:
+        return len(self._resident)
+
+    def ensure_resident(self, name: str) -> bool:
+        """Load an evicted adapter again from its folder; True when it had to (the model's
+        weights changed, so the caller drops what it captured of them)."""
+
+        if name in self._resident:
+            self._resident.move_to_end(name)
+            return False
+        registered = self.adapters[name]
+        try:
+            self._read_config(registered.path)
+            adapter = self._load_resident(name, registered.path)
+        except LoraError:
+            self.adapters.pop(name, None)  # its folder is gone: not servable any more
+            raise
+        adapter.rank = registered.rank
+        self.adapters[name] = adapter
+        self.reloads += 1
+        log.info("lora reloaded", extra={"lora_name": name, "lora_path": registered.path})
+        return True
+
+    def _load_resident(self, name: str, path: str) -> Adapter:
+        if name in self._resident:
             self._delete(name)
+        while len(self._resident) >= self.max_loras:
+            evicted = next(iter(self._resident))
+            self._delete(evicted)
+            self.evictions += 1
+            log.info("lora evicted", extra={"lora_name": evicted,
+                                            "max_loras": self.max_loras})
         try:
             if self.peft is None:
                 from peft import PeftModel
@@ -97,24 +146,25 @@ class LoraManager:
         self.peft.eval()
         self.base.requires_grad_(False)
         self._versions += 1
-        adapter = Adapter(name=name, path=str(path), rank=rank, version=self._versions)
-        self.adapters[name] = adapter
+        self._resident[name] = None
         self._active = "?"  # force re-activation
-        log.info("lora loaded", extra={"lora_name": name, "lora_path": str(path), "rank": rank})
-        return adapter
+        return Adapter(name=name, path=path, rank=0, version=self._versions)
 
     def _delete(self, name: str) -> None:
+        """Drop ``name``'s weights from memory (it stays registered)."""
+
         if self.merge:
             self._write_weights(None)  # W0 back before peft drops the layers' adapter
         if self.peft is not None and name in self.peft.peft_config:
             self.peft.delete_adapter(name)
-        self.adapters.pop(name, None)
+        self._resident.pop(name, None)
         self._active = "?"
 
     def unload(self, name: str) -> None:
         if name not in self.adapters:
             raise LoraError(f"The lora adapter '{name}' cannot be found.", not_found=True)
         self._delete(name)
+        self.adapters.pop(name)
         log.info("lora unloaded", extra={"lora_name": name})
 
     def key(self, name: str | None) -> tuple[str, int] | None:
