@@ -22,7 +22,8 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
 .PHONY: help setup test lint fmt demo bench serve-mcp serve-inference serve-scenario-gen \
 	serve-judge base-model tiny-model warm-start train stack up up-cpu down docker-bases torch-wheel \
-	compose-test gpu-wheels learning-smoke lock clean browser setup-art art-tutorial art-parity
+	compose-test gpu-wheels learning-smoke lock clean browser setup-art art-tutorial art-parity \
+	setup-trl gpu-wheels-trl bench-rl-step
 
 help:  ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -46,6 +47,17 @@ $(ART_STAMP): $(STAMP) interop/art/pyproject.toml
 	@touch $@
 
 setup-art: $(ART_STAMP)  ## install the optional ART bridge (interop/art, pinned openpipe-art)
+
+# TRL for bench/bench_rl_step.py's TRL side (trl 1.16.0 and datasets, pinned in
+# bench/trl-requirements.txt). No service imports it; the bench's test skips TRL without it.
+TRL_STAMP := $(VENV)/.setup-trl-stamp
+$(TRL_STAMP): $(STAMP) bench/trl-requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt "$(TORCH_PIN)" \
+		-r bench/trl-requirements.txt
+	$(PY) -c "import trl, datasets"
+	@touch $@
+
+setup-trl: $(TRL_STAMP)  ## install the pinned TRL (bench/trl-requirements.txt) for bench-rl-step
 
 art-tutorial: setup-art tiny-model  ## the ART MCP-RL tutorial's calls against our stack, on CPU (ART_ARGS=...)
 	$(PY) examples/art-tutorial/tutorial.py $(ART_ARGS)
@@ -132,6 +144,15 @@ gpu-wheels:  ## wheels the H200 image lacks, into .whl/ (carried by device runs;
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 -d .whl -r bench/gpu-requirements.txt
+
+gpu-wheels-trl:  ## TRL's wheels the H200 image lacks, into .whl-trl/ (carried by bench/device/rl_step.sh)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .whl-trl -r bench/gpu-requirements-trl.txt
+
+RL_STEP_ARGS ?= --shape tiny --device cpu --steps 5 --warmup 1 --threads 1
+bench-rl-step: setup-trl tiny-model  ## one RL step, ours vs TRL's GRPOTrainer (JSON; RL_STEP_ARGS=..., default tiny on CPU)
+	$(PY) bench/bench_rl_step.py $(RL_STEP_ARGS)
 
 learning-smoke: setup tiny-model  ## the issue-9 experiment at toy scale on CPU (prints JSON)
 	$(PY) bench/learning_run.py --smoke --arms grpo,shuffled

@@ -66,7 +66,12 @@ class PolicyClient:
         top_p: float = 1.0,
         seed: int | None = None,
         stop_token_ids: list[int] | None = None,
+        ignore_eos: bool = False,
     ) -> SampledTurn:
+        """Sample one turn from ``prompt_ids``. ``ignore_eos`` (vLLM's extra parameter) keeps
+        sampling past the end-of-sequence token up to ``max_tokens``: fixed-length rollouts,
+        as benchmarks need; the eos ids stay in the output like any other token."""
+
         body: dict[str, Any] = {
             "model": model,
             "prompt": prompt_ids,
@@ -82,6 +87,8 @@ class PolicyClient:
             body["seed"] = seed
         if stop_token_ids:
             body["stop_token_ids"] = stop_token_ids
+        if ignore_eos:
+            body["ignore_eos"] = True
         started = time.perf_counter()
         try:
             data = await request_json(self.http, "POST", f"{self.base_url}/completions",

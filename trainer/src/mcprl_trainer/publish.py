@@ -172,8 +172,8 @@ class AdapterPublisher:
 
     async def complete_on(self, replica: Replica, model: str, prompt_ids: list[int], *,
                           max_tokens: int, temperature: float, top_p: float = 1.0,
-                          seed: int | None = None,
-                          stop_token_ids: list[int] | None = None) -> SampledTurn:
+                          seed: int | None = None, stop_token_ids: list[int] | None = None,
+                          ignore_eos: bool = False) -> SampledTurn:
         for attempt in range(2):
             await self._ensure(replica, model)
             before = self._version(replica, model)
@@ -182,7 +182,8 @@ class AdapterPublisher:
             try:
                 turn = await replica.client.complete(
                     model, prompt_ids, max_tokens=max_tokens, temperature=temperature,
-                    top_p=top_p, seed=seed, stop_token_ids=stop_token_ids)
+                    top_p=top_p, seed=seed, stop_token_ids=stop_token_ids,
+                    ignore_eos=ignore_eos)
             except PolicyError as exc:
                 lost = (exc.status == 404 and self.latest is not None
                         and model == self.config.served_adapter)
@@ -202,10 +203,12 @@ class AdapterPublisher:
 
     async def complete(self, model: str, prompt_ids: list[int], *, max_tokens: int,
                        temperature: float, top_p: float = 1.0, seed: int | None = None,
-                       stop_token_ids: list[int] | None = None) -> SampledTurn:
+                       stop_token_ids: list[int] | None = None,
+                       ignore_eos: bool = False) -> SampledTurn:
         return await self.complete_on(
             self.pool.pick(), model, prompt_ids, max_tokens=max_tokens,
-            temperature=temperature, top_p=top_p, seed=seed, stop_token_ids=stop_token_ids)
+            temperature=temperature, top_p=top_p, seed=seed, stop_token_ids=stop_token_ids,
+            ignore_eos=ignore_eos)
 
     def for_group(self) -> GroupSampler:
         return GroupSampler(self)

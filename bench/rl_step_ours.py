@@ -1,0 +1,242 @@
+"""Our side of bench_rl_step.py: the trainer's step, phase by phase, against our engine.
+
+The engine runs as its own process (``python -m mcprl_inference`` on a free 127.0.0.1 port),
+as in a deployment. Each step, in the trainer's order (mcprl_trainer.trainer):
+
+1. ``rollout``: every rollout's turns go through the trainer's sampler
+   (:class:`~mcprl_trainer.publish.AdapterPublisher`, one group per prompt, token ids in and
+   out with the sampler's log-probs); each turn becomes a
+   :class:`~mcprl_trainer.records.TurnRecord`, with the scripted tool result appended;
+2. ``reward``: the bench's reward on each rollout's sampled ids, then the trainer's
+   :func:`~mcprl_trainer.batch.build_step_batch` (group advantages, flattened token records);
+3. ``update``: :meth:`~mcprl_trainer.update_group.UpdateGroup.step` (the GRPO loss, LoRA);
+4. ``checkpoint``: :func:`~mcprl_trainer.checkpoint.save_checkpoint` (adapter + optimizer);
+5. ``publish``: :meth:`AdapterPublisher.publish`: the engine loads the adapter and lists it;
+   the next step's rollouts sample from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rl_step_common import (
+    GpuMonitor,
+    Workload,
+    reward,
+    step_prompts,
+    summarise,
+    timed,
+    tool_result,
+    torch_peak_gib,
+)
+
+SERVED = "bench-base"
+RUN = "rl-step"
+
+
+def kv_cache_gib(work: Workload, cfg: Any, cuda: bool, max_len: int) -> float:
+    """The engine's KV budget: every rollout at its full length, with room to spare (the
+    default on CUDA would take 85% of the GPU, which the trainer shares)."""
+
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    per_token = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * (
+        2 if cuda else 4)
+    need = 1.5 * work.prompts * work.rollouts * max_len * per_token / 2**30
+    return round(max(need, 8.0 if cuda else 0.25), 2)
+
+
+def start_engine(work: Workload, model_dir: Path, device: str,
+                 log_path: Path) -> tuple[Any, str]:
+    """Our engine as a real process, healthy on a free loopback port; (process, URL)."""
+
+    from transformers import AutoConfig
+
+    from mcprl_common.process import ServiceProcess, free_port
+
+    cfg = AutoConfig.from_pretrained(model_dir)
+    port = free_port()
+    max_len = work.max_len + 16
+    env = {
+        "INFERENCE_PORT": str(port), "INFERENCE_HOST": "127.0.0.1",
+        "INFERENCE_MODEL": str(model_dir), "INFERENCE_SERVED_MODEL_NAME": SERVED,
+        "INFERENCE_DEVICE": device, "INFERENCE_MAX_MODEL_LEN": str(max_len),
+        "INFERENCE_MAX_BATCH_SIZE": str(max(64, work.prompts * work.rollouts)),
+        "INFERENCE_KV_CACHE_MEMORY_GB": str(kv_cache_gib(work, cfg, device.startswith("cuda"),
+                                                         max_len)),
+        "INFERENCE_LOG_LEVEL": "warning", "INFERENCE_SEED": str(work.seed),
+        "PYTHONPATH": ":".join(sys.path),
+    }
+    proc = ServiceProcess("inference", [sys.executable, "-m", "mcprl_inference"], env=env,
+                          health_url=f"http://127.0.0.1:{port}/healthz", log_path=log_path)
+    return proc.start(timeout_s=600), f"http://127.0.0.1:{port}"
+
+
+def run_config(work: Workload, model_dir: Path, engine_url: str, out: Path, device: str,
+               micro_batch_tokens: int) -> Any:
+    from mcprl_trainer.config import RunConfig
+
+    return RunConfig.model_validate({
+        "name": RUN, "seed": work.seed, "output_dir": str(out), "model": str(model_dir),
+        "group_size": work.rollouts, "groups_per_step": work.prompts, "save_rollouts": False,
+        "policy": {"base_url": f"{engine_url}/v1", "model": SERVED},
+        "scenarios": {"dir": str(out), "set_id": "random-prompts"},
+        "lora": {"r": work.lora_r, "alpha": work.lora_alpha, "target_modules": "all-linear"},
+        "train": {"lr": work.lr, "device": device, "skip_zero_variance": False,
+                  "micro_batch_tokens": micro_batch_tokens,
+                  "gradient_checkpointing": work.gradient_checkpointing},
+        "eval": {"every": 0}, "status": {"enabled": False},
+    })
+
+
+async def _rollout(sampler: Any, model: str, prompt: list[int], work: Workload, vocab: int,
+                   seed_parts: tuple[Any, ...], scenario: Any) -> Any:
+    """One rollout: ``turns`` sampled turns, a tool result after each but the last."""
+
+    from mcprl_common.wire import Trajectory
+    from mcprl_trainer.records import RolloutResult, TokenRecord, TurnRecord, derive_seed
+
+    started = time.perf_counter()
+    record = TokenRecord(prompt_ids=list(prompt))
+    context = list(prompt)
+    for turn in range(work.turns):
+        out = await sampler.complete(model, context, max_tokens=work.turn_tokens,
+                                     temperature=1.0, seed=derive_seed(*seed_parts, turn),
+                                     ignore_eos=True)
+        appended = tool_result(work, prompt, turn, vocab) if turn < work.turns - 1 else []
+        record.turns.append(TurnRecord(
+            prompt_len=len(context), sampled_ids=out.token_ids,
+            sampled_logprobs=out.logprobs, finish_reason=out.finish_reason, model=out.model,
+            appended_ids=appended, seconds=out.seconds, policy_version=out.policy_version))
+        context += out.token_ids + appended
+    trajectory = Trajectory(messages=[{"role": "user", "content": "random prompt ids"}],
+                            finish_reason="max_turns", num_turns=work.turns)
+    return RolloutResult(scenario, trajectory, record, time.perf_counter() - started)
+
+
+async def _group(publisher: Any, model: str, prompt: list[int], work: Workload, vocab: int,
+                 step: int, index: int) -> Any:
+    from mcprl_common.wire import Scenario
+    from mcprl_trainer.groups import ScoredGroup
+
+    scenario = Scenario(id=f"prompt-{step}-{index}", task=f"random prompt {step}/{index}")
+    sampler = publisher.for_group()  # the group's rollouts on one replica (shared prefix)
+    try:
+        results = await asyncio.gather(*(
+            _rollout(sampler, model, prompt, work, vocab, (work.seed, step, index, member),
+                     scenario) for member in range(work.rollouts)))
+    finally:
+        sampler.release()
+    return ScoredGroup(scenario, list(results))
+
+
+async def _steps(work: Workload, config: Any, device: str, total: int, warmup: int,
+                 monitor: GpuMonitor) -> list[dict[str, Any]]:
+    import torch
+
+    from mcprl_trainer.batch import build_step_batch
+    from mcprl_trainer.checkpoint import save_checkpoint
+    from mcprl_trainer.engines import EnginePool
+    from mcprl_trainer.groups import GroupBatch
+    from mcprl_trainer.modeling import load_tokenizer
+    from mcprl_trainer.publish import AdapterPublisher
+    from mcprl_trainer.recovery import RetryWindow
+    from mcprl_trainer.update_group import UpdateGroup
+
+    torch.manual_seed(work.seed)
+    group = UpdateGroup(config)
+    group.load(load_tokenizer(config.model).pad_token_id)
+    vocab = group.model.get_input_embeddings().weight.shape[0]
+    pool = EnginePool.from_urls(config.policy.engine_urls, timeout_s=config.policy.timeout_s)
+    publisher = AdapterPublisher(pool, config, RetryWindow(window_s=30.0))
+    model = config.served_base
+    steps: list[dict[str, Any]] = []
+    try:
+        for step in range(1, total + 1):
+            prompts = step_prompts(work, step, vocab)
+            phases: dict[str, float] = {}
+            if device.startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            with timed(phases, "rollout", device):
+                groups = await asyncio.gather(*(
+                    _group(publisher, model, p, work, vocab, step, i)
+                    for i, p in enumerate(prompts)))
+            with timed(phases, "reward", device):
+                for g in groups:
+                    for r in g.results:
+                        r.reward = reward([t for turn in r.tokens.turns
+                                           for t in turn.sampled_ids])
+                batch = GroupBatch(list(groups), rollout_seconds=phases["rollout"])
+                step_batch = build_step_batch(batch, config.train, seed=work.seed, step=step,
+                                              success_threshold=1.0)
+            with timed(phases, "update", device):
+                metrics = group.step(step_batch.samples)
+            with timed(phases, "checkpoint", device):
+                ckpt = save_checkpoint(config.run_dir, step, group, group.trainer_state(),
+                                       {"history": []})
+            with timed(phases, "publish", device):
+                model = await publisher.publish(ckpt.path, version=step)
+            t1 = time.perf_counter()
+            sampled = sum(len(t.sampled_ids) for g in groups for r in g.results
+                          for t in r.tokens.turns)
+            row = {"step": step, "warmup": step <= warmup, "seconds": round(t1 - t0, 3),
+                   "phases": {k: round(v, 3) for k, v in phases.items()},
+                   "sampled_tokens": sampled, "trained_tokens": int(metrics["train_tokens"]),
+                   "sampled_with": groups[0].results[0].tokens.turns[0].model,
+                   "loss": round(float(metrics.get("loss", 0.0)), 5),
+                   "reward_mean": round(step_batch.metrics["reward_mean"], 4),
+                   "trainer_peak_gib": torch_peak_gib(device), **monitor.window(t0, t1)}
+            steps.append(row)
+            print(f"ours step {step}/{total}: {row['seconds']:.2f}s {row['phases']}",
+                  file=sys.stderr, flush=True)
+    finally:
+        await pool.aclose()
+        group.close()
+        del group
+        gc.collect()
+    return steps
+
+
+def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: int,
+             micro_batch_tokens: int, workdir: Path | None = None) -> dict[str, Any]:
+    """Start the engine, run ``warmup + steps`` steps, stop the engine; the side's JSON."""
+
+    import torch
+
+    tmp = tempfile.TemporaryDirectory(prefix="rl-step-ours-") if workdir is None else None
+    out = Path(tmp.name) if tmp is not None else Path(workdir)  # type: ignore[arg-type]
+    out.mkdir(parents=True, exist_ok=True)
+    monitor = GpuMonitor(device).start()
+    started = time.perf_counter()
+    engine, url = start_engine(work, model_dir, device, out / "engine.log")
+    engine_start_s = time.perf_counter() - started
+    try:
+        config = run_config(work, model_dir, url, out, device, micro_batch_tokens)
+        rows = asyncio.run(_steps(work, config, device, warmup + steps, warmup, monitor))
+    except BaseException:
+        tail = (out / "engine.log").read_text(errors="replace")[-3000:]
+        print(f"engine log tail:\n{tail}", file=sys.stderr)
+        raise
+    finally:
+        engine.stop()
+        monitor.stop()
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        if tmp is not None:
+            tmp.cleanup()
+    result = summarise(rows, warmup, work.prompts * work.rollouts * work.sampled_tokens)
+    result.update({
+        "what": "our engine (own process, HTTP) + the trainer's GRPO update, checkpoint and "
+                "adapter publish, phase by phase",
+        "engine_start_seconds": round(engine_start_s, 1),
+        "micro_batch_tokens": micro_batch_tokens,
+        "gpu_busy_source": monitor.source,
+        "wall_seconds": round(time.perf_counter() - started, 1),
+    })
+    return result

@@ -1,0 +1,95 @@
+"""bench/bench_rl_step.py end to end on the CPU at ``--shape tiny``: our engine as a real
+process and the trainer's step beside TRL's GRPOTrainer (skipped without trl: make
+setup-trl); checks the JSON the H200 run will print and that each step is its phases."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_TRL = importlib.util.find_spec("trl") is not None
+OURS_PHASES = {"rollout", "reward", "update", "checkpoint", "publish"}
+TRL_PHASES = {"generate", "score", "train"}
+
+
+def _bench(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "rl_step.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_rl_step.py"), "--shape", "tiny",
+         "--device", "cpu", "--threads", "1", "--workdir", str(tmp_path / "work"),
+         "--out", str(out), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)  # stdout is the JSON alone
+    assert result == json.loads(out.read_text())
+    return result
+
+
+def _check_side(side: dict, phases: set[str], steps: int, sampled: int) -> None:
+    assert side["timed_steps"] == steps and len(side["steps"]) == steps + 1
+    assert [s["warmup"] for s in side["steps"]] == [True] + [False] * steps
+    timed = [s["seconds"] for s in side["steps"][1:]]
+    assert side["seconds_per_step"] == pytest.approx(sorted(timed)[len(timed) // 2], abs=1e-3)
+    assert side["seconds_best"] == min(timed)
+    for step in side["steps"]:
+        assert set(step["phases"]) == phases
+        assert all(v >= 0 for v in step["phases"].values())
+        # the phases are the step: nothing much outside them, nothing counted twice
+        assert sum(step["phases"].values()) <= step["seconds"] + 0.01
+        assert sum(step["phases"].values()) >= 0.9 * step["seconds"]
+        assert step["gpu_busy_seconds"] is None and step["device_peak_gib"] is None  # CPU
+    assert set(side["phases_median"]) == phases
+    assert side["sampled_tokens_per_s"] == pytest.approx(sampled / side["seconds_per_step"],
+                                                         rel=1e-2)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_single_turn_ours_and_trl(tmp_path: Path) -> None:
+    result = _bench(tmp_path, "--steps", "3", "--warmup", "1")
+    setup = result["setup"]
+    work = setup["workload"]
+    assert setup["device"] == "cpu" and setup["versions"]["torch"]
+    assert (work["shape"], work["variant"], work["turns"]) == ("tiny", "single", 1)
+    rollouts = work["prompts"] * work["rollouts"]
+    sampled = rollouts * work["new_tokens"]
+    ours = result["ours"]
+    _check_side(ours, OURS_PHASES, 3, sampled)
+    for step in ours["steps"]:
+        assert step["sampled_tokens"] == sampled  # eos ignored: every rollout full length
+        assert step["trained_tokens"] == sampled  # every sampled token trained on
+    # step 1 samples the base; later steps the adapter published by the step before
+    assert [s["sampled_with"] for s in ours["steps"]] == ["bench-base"] + ["rl-step"] * 3
+    if not HAS_TRL:
+        assert "skipped" in result["trl"] and result["speedup"] is None
+        pytest.skip("trl is not installed (make setup-trl): TRL side not run")
+    trl = result["trl"]
+    _check_side(trl, TRL_PHASES, 3, sampled)
+    assert all(s["completion_tokens"] == sampled for s in trl["steps"])
+    assert trl["config"]["gradient_accumulation_steps"] == work["prompts"]
+    assert result["speedup"] == pytest.approx(trl["seconds_per_step"] / ours["seconds_per_step"],
+                                              rel=1e-2)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_multiturn_appends_tool_results(tmp_path: Path) -> None:
+    result = _bench(tmp_path, "--variant", "multiturn", "--steps", "1", "--warmup", "1",
+                    *(() if HAS_TRL else ("--only", "ours")))
+    work = result["setup"]["workload"]
+    assert work["turns"] == 4 and work["turn_tokens"] * 4 == work["new_tokens"]
+    rollouts = work["prompts"] * work["rollouts"]
+    sampled = rollouts * work["new_tokens"]
+    for step in result["ours"]["steps"]:
+        assert step["sampled_tokens"] == step["trained_tokens"] == sampled
+    if HAS_TRL:  # TRL's completions hold the tool results too (masked out of its loss)
+        tools = rollouts * work["tool_tokens"] * (work["turns"] - 1)
+        assert all(s["completion_tokens"] == sampled + tools for s in result["trl"]["steps"])
