@@ -14,7 +14,9 @@ the judge (verifiable rewards) and one ``mcprl-train`` process per run. Steps:
    trainer stops after its current step; ``--max-steps`` at most): ``grpo`` (3 seeds),
    ``shuffled`` (rewards permuted within each group: same distribution, no signal), ``g8``
    (group size 8 vs grpo's 4), ``no-skip`` (zero-variance groups trained), ``kl`` (KL on);
-   up to ``--parallel`` runs at once against the one engine (a LoRA each);
+   up to ``--parallel`` runs at once against the one engine (a LoRA each), or with
+   ``--engine-per-run`` one engine each on the same device (the engine batches one LoRA
+   at a time, so runs that share it wait for each other's turns);
 5. held-out success of each run's last adapter; JSON on stdout (per arm: mean and spread
    over seeds, reward variance, advantage stats, clip fraction, KL), files under ``--out``,
    and with ``--write-docs`` the learning-run section of docs/results.md.
@@ -156,11 +158,14 @@ class Services:
             self._mcp[seed] = stack.mcp_url
         return self._mcp[seed]
 
-    def engine(self, model: Path, device: str, max_loras: int) -> tuple[str, str]:
-        stack = self.start(["inference"], self.out,
+    def engine(self, model: Path, device: str, max_loras: int,
+               runs_dir: Path | None = None) -> tuple[str, str, LocalStack]:
+        """An inference engine serving ``model``: (its /v1 URL, served name, its stack)."""
+
+        stack = self.start(["inference"], runs_dir or self.out,
                            {"INFERENCE_DEVICE": device, "INFERENCE_MAX_LORAS": str(max_loras),
                             "INFERENCE_LOG_LEVEL": "warning"}, model=str(model), timeout_s=600)
-        return stack.urls["inference"] + "/v1", stack.served_model or str(model)
+        return stack.urls["inference"] + "/v1", stack.served_model or str(model), stack
 
     def judge(self, engine_url: str, served: str) -> str:
         stack = self.start(["judge"], self.out,
@@ -256,9 +261,10 @@ class Ctx:
     child_env: dict[str, str]
     sample_settings: Any = None
     base: Path | None = None  # the served base when the warm start is a LoRA adapter
+    services: Services | None = None  # starts a run's own engine (--engine-per-run)
 
 
-async def heldout(ctx: Ctx, model: str) -> dict[str, Any]:
+async def heldout(ctx: Ctx, model: str, engine_url: str | None = None) -> dict[str, Any]:
     """Greedy held-out success; with ``--sampled-eval K`` also the success rate of K sampled
     rollouts per val scenario at the training temperature (the quantity GRPO optimises:
     a behaviour it makes rarer, such as answering without a query, can change it while the
@@ -267,14 +273,15 @@ async def heldout(ctx: Ctx, model: str) -> dict[str, Any]:
     from mcprl_demo.heldout import evaluate_heldout
 
     k = ctx.args.sampled_eval
-    greedy = evaluate_heldout(ctx.val, base_url=ctx.engine_url, model=model,
+    engine_url = engine_url or ctx.engine_url
+    greedy = evaluate_heldout(ctx.val, base_url=engine_url, model=model,
                               mcp_url=ctx.mcp_url, renderer=ctx.renderer,
                               settings=ctx.eval_settings, concurrency=ctx.args.eval_concurrency,
                               seed=0)
     if k <= 0:
         return (await greedy).as_dict()
     res, sampled = await asyncio.gather(greedy, evaluate_heldout(
-        [s for s in ctx.val for _ in range(k)], base_url=ctx.engine_url, model=model,
+        [s for s in ctx.val for _ in range(k)], base_url=engine_url, model=model,
         mcp_url=ctx.mcp_url, renderer=ctx.renderer, settings=ctx.sample_settings,
         concurrency=ctx.args.eval_concurrency, seed=1))
     out = res.as_dict()
@@ -285,14 +292,14 @@ async def heldout(ctx: Ctx, model: str) -> dict[str, Any]:
     return out
 
 
-def trainer_config(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
+def trainer_config(ctx: Ctx, arm: Arm, seed: int, engine_url: str) -> dict[str, Any]:
     a = ctx.args
     cfg = _merge(ctx.base_trainer, {
         "name": f"{arm.name}-s{seed}", "seed": seed,
         "output_dir": str(a.out / "runs"), "steps": a.max_steps, "keep_checkpoints": 1,
         "save_rollouts": a.save_rollouts,
         "model": str(ctx.base or ctx.warm), "keep_checkpoints_every": a.curve_every,
-        "policy": {"base_url": ctx.engine_url, "model": ctx.served},
+        "policy": {"base_url": engine_url, "model": ctx.served},
         "mcp": {"url": ctx.mcp_url}, "judge": {"url": ctx.judge_url},
         "scenarios": {"dir": str(a.out / "scenarios"), "set_id": ctx.set_id, "url": None},
         "reward": {"mode": "verifiable"}, "eval": {"every": 0},
@@ -315,11 +322,28 @@ def pick_evenly(items: list[Any], n: int) -> list[Any]:
 def run_one(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
     """One trainer process under the budget, then held-out success of its last adapter."""
 
+    a = ctx.args
+    name = f"{arm.name}-s{seed}"
+    engine_url, own_engine = ctx.engine_url, None
+    if a.engine_per_run and ctx.services is not None:
+        # The engine batches one LoRA at a time: runs sharing it wait for each other's turns.
+        # One engine per run (same device, same settings for every arm) removes that wait.
+        engine_url, _, own_engine = ctx.services.engine(
+            ctx.base or ctx.warm, a.device, max_loras=4,
+            runs_dir=a.out / "stack" / f"engine-{name}")
+    try:
+        return _run_one(ctx, arm, seed, engine_url)
+    finally:
+        if own_engine is not None:
+            own_engine.stop()  # frees its GPU memory for the runs still queued
+
+
+def _run_one(ctx: Ctx, arm: Arm, seed: int, engine_url: str) -> dict[str, Any]:
     from mcprl_trainer.checkpoint import latest_checkpoint, list_checkpoints
     from mcprl_trainer.policy import PolicyClient
 
     a = ctx.args
-    cfg = trainer_config(ctx, arm, seed)
+    cfg = trainer_config(ctx, arm, seed, engine_url)
     run_dir = a.out / "runs" / cfg["name"]
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -356,11 +380,11 @@ def run_one(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
         return run
 
     async def evaluate(ckpt) -> dict[str, Any]:
-        policy = PolicyClient(ctx.engine_url)
+        policy = PolicyClient(engine_url)
         name = f"{cfg['name']}-step{ckpt.step}"
         try:
             await policy.load_adapter(name, str(ckpt.path.resolve()))
-            res = await heldout(ctx, name)
+            res = await heldout(ctx, name, engine_url)
             await policy.unload_adapter(name)
             return res
         finally:
@@ -431,6 +455,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="after the budget, time to finish the current step before SIGKILL")
     p.add_argument("--parallel", type=int, default=0,
                    help="runs at once (default: 3 on CUDA, 1 on CPU)")
+    p.add_argument("--engine-per-run", action="store_true",
+                   help="give every run its own engine on the same device (the engine runs "
+                   "one LoRA per batch, so runs sharing one wait on each other's turns)")
     p.add_argument("--scenarios", type=int, default=400, help="sql scenarios generated")
     p.add_argument("--val-fraction", type=float, default=0.25)
     p.add_argument("--eval-max", type=int, default=64, help="val scenarios evaluated at most")
@@ -560,8 +587,8 @@ def main(argv: list[str] | None = None) -> int:
         if adapter and args.base_model is None:
             raise SystemExit(f"{warm} is a LoRA adapter: pass --base-model (its base)")
         base = args.base_model.resolve() if adapter else None
-        engine_url, served = services.engine(base or warm, args.device,
-                                             max_loras=2 * args.parallel + 4)
+        engine_url, served, _ = services.engine(base or warm, args.device,
+                                                max_loras=2 * args.parallel + 4)
         judge_url = services.judge(engine_url, served)
         mark = lap("services", mark)
         from transformers import AutoTokenizer
@@ -575,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
                   set_id, sorted(val, key=lambda s: s.id)[: args.eval_max],
                   ChatRenderer(AutoTokenizer.from_pretrained(base or warm)),
                   RolloutSettings.from_config(ro, temperature=0.0), env,
-                  RolloutSettings.from_config(ro), base)
+                  RolloutSettings.from_config(ro), base, services)
         before_model = served if base is None else asyncio.run(_load_warm(engine_url, warm))
         before = asyncio.run(heldout(ctx, before_model))
         say(f"warm start: held-out success {before['success_rate']:.3f} on {before['n']}")
@@ -613,7 +640,8 @@ def main(argv: list[str] | None = None) -> int:
                   "val_templates": sorted({s.template or "?" for s in val}),
                   "train_templates": sorted({s.template or "?" for s in train}),
                   "budget_s": args.budget_s, "max_steps": args.max_steps,
-                  "parallel": args.parallel, "smoke": args.smoke,
+                  "parallel": args.parallel, "engine_per_run": args.engine_per_run,
+                  "smoke": args.smoke,
                   "sampled_eval": args.sampled_eval,
                   "group_size": base_trainer.get("group_size"),
                   "groups_per_step": base_trainer.get("groups_per_step"),

@@ -30,7 +30,9 @@ RUN_ARGS=(--device cuda --base-model models/smollm2-135m-instruct "${WARM_ARGS[@
   --budget-s "${BUDGET_S:-540}" --stop-grace-s 40 --parallel "${PARALLEL:-5}")
 # 7 trainers with 32k-token micro-batches beside the engine ran out of GPU memory at their
 # first update (CUBLAS_STATUS_ALLOC_FAILED); 5 with 8k-token micro-batches peak at ~7 GB each.
-export INFERENCE_MAX_BATCH_SIZE=128 INFERENCE_KV_CACHE_MEMORY_GB=24 \
+# With --engine-per-run (in EXTRA_ARGS) every run's engine takes this much KV cache: set
+# KV_CACHE_GB=8 for six runs (8 GB holds ~350k SmolLM2 tokens, 32 rollouts need <140k).
+export INFERENCE_MAX_BATCH_SIZE=128 INFERENCE_KV_CACHE_MEMORY_GB=${KV_CACHE_GB:-24} \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
 stash() {

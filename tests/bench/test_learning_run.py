@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ["grpo", "shuffled", "no-skip"]
@@ -51,3 +52,28 @@ def test_smoke_run_reports_every_arm(tmp_path: Path) -> None:
         config = (out / "configs" / f"{run}.yaml").read_text()
         assert ("shuffle_rewards: true" in config) == run.startswith("shuffled")
         assert len((out / "runs" / run / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_engine_per_run_gives_each_run_its_own_engine(tmp_path: Path) -> None:
+    out = tmp_path / "learning"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "learning_run.py"), "--smoke", "--device", "cpu",
+         "--arms", "grpo,shuffled", "--parallel", "2", "--engine-per-run", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=220)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["setup"]["engine_per_run"] is True
+    urls = {}
+    for run in ("grpo-s0", "shuffled-s0"):
+        config = yaml.safe_load((out / "configs" / f"{run}.yaml").read_text())
+        urls[run] = config["policy"]["base_url"]
+        # the run's engine served its rollouts and its after-eval: its log names that port
+        log = (out / "stack" / f"engine-{run}" / "logs" / "inference.log").read_text()
+        assert urls[run].removesuffix("/v1") in log
+        assert len((out / "runs" / run / "metrics.jsonl").read_text().splitlines()) == 2
+    assert len(set(urls.values())) == 2  # two engines, neither shared
+    for name, arm in result["arms"].items():
+        assert arm["runs"] == 1 and arm["failed"] == 0, name
