@@ -10,10 +10,11 @@
 #
 # Here, before the calls: `make gpu-wheels`, the warm start's demonstrations
 # (`bench/learning_run.py ... --prepare-only --out runs/lr-smollm2`, same arguments as RUN_ARGS
-# below) and the GGUF parts (`bench/device/split_gguf.sh`). Plan the lease: five runs of
-# BUDGET_S=180 (curve every step) were still running 555 s after `start` (2026-12-04), so
-# even a short run needs a second `wait` call; a `wait` that finds it running brings back
-# partial.tgz (the metrics and evals logged so far). What comes back: learning_run.json,
+# below) and the GGUF parts (`bench/device/split_gguf.sh`). Plan the lease: with one engine
+# per run (the default here), six runs step every ~26 s; 140 s after `start` the before-eval
+# is done and the runs begin (2026-12-04), so BUDGET_S=450 needs a second `wait` call. A
+# `wait` that finds the run going brings back partial.tgz (the metrics and evals so far);
+# a lease lost between calls loses the run, so issue the next `wait` at once. What comes back: learning_run.json,
 # curves.png, results-section.md, the warm-start adapter and the logs (tarballs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,13 +27,13 @@ if [ -n "${WARM_START:-}" ]; then WARM_ARGS=(--warm-start "$WARM_START")
 else WARM_ARGS=(--warmstart-config configs/warmstart-smollm2.yaml --reuse-warmstart-data); fi
 RUN_ARGS=(--device cuda --base-model models/smollm2-135m-instruct "${WARM_ARGS[@]}"
   --trainer-config configs/smollm2.yaml --sft-excludes entities --scenarios 400 --eval-max 48 --sampled-eval 2 --eval-concurrency 48
-  --curve-every 4 --curve-points 5 --arms grpo,shuffled --control-seeds 2 ${EXTRA_ARGS:-}
-  --budget-s "${BUDGET_S:-540}" --stop-grace-s 40 --parallel "${PARALLEL:-5}")
+  --curve-every 4 --curve-points 5 --arms grpo,shuffled --control-seeds 3 --engine-per-run
+  ${EXTRA_ARGS:-} --budget-s "${BUDGET_S:-450}" --stop-grace-s 40 --parallel "${PARALLEL:-6}")
 # 7 trainers with 32k-token micro-batches beside the engine ran out of GPU memory at their
 # first update (CUBLAS_STATUS_ALLOC_FAILED); 5 with 8k-token micro-batches peak at ~7 GB each.
-# With --engine-per-run (in EXTRA_ARGS) every run's engine takes this much KV cache: set
-# KV_CACHE_GB=8 for six runs (8 GB holds ~350k SmolLM2 tokens, 32 rollouts need <140k).
-export INFERENCE_MAX_BATCH_SIZE=128 INFERENCE_KV_CACHE_MEMORY_GB=${KV_CACHE_GB:-24} \
+# With --engine-per-run every engine takes KV_CACHE_GB of KV cache (8 GB holds ~350k SmolLM2
+# tokens, a step's 32 rollouts need <140k): seven engines and six trainers used 82 GB.
+export INFERENCE_MAX_BATCH_SIZE=128 INFERENCE_KV_CACHE_MEMORY_GB=${KV_CACHE_GB:-8} \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
 stash() {
