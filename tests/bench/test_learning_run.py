@@ -15,17 +15,22 @@ ROOT = Path(__file__).resolve().parents[2]
 ARMS = ["grpo", "shuffled", "no-skip"]
 
 
+def _smoke(out: Path, *args: str) -> dict:
+    """``learning_run.py --smoke`` on the CPU; its stdout, which must be the JSON alone."""
+
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "learning_run.py"), "--smoke", "--device", "cpu",
+         *args, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=220)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_smoke_run_reports_every_arm(tmp_path: Path) -> None:
     out = tmp_path / "learning"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "learning_run.py"), "--smoke", "--device", "cpu",
-         "--arms", ",".join(ARMS), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=220)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout)  # stdout is the JSON alone
+    result = _smoke(out, "--arms", ",".join(ARMS))
     assert result == {k: v for k, v in json.loads((out / "learning_run.json").read_text())
                       .items() if k != "runs"}
     setup = result["setup"]
@@ -59,12 +64,7 @@ def test_smoke_run_reports_every_arm(tmp_path: Path) -> None:
 @pytest.mark.timeout(240)
 def test_engine_per_run_gives_each_run_its_own_engine(tmp_path: Path) -> None:
     out = tmp_path / "learning"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "learning_run.py"), "--smoke", "--device", "cpu",
-         "--arms", "grpo,shuffled", "--parallel", "2", "--engine-per-run", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=220)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout)
+    result = _smoke(out, "--arms", "grpo,shuffled", "--parallel", "2", "--engine-per-run")
     assert result["setup"]["engine_per_run"] is True
     urls = {}
     for run in ("grpo-s0", "shuffled-s0"):
