@@ -5,6 +5,8 @@
 #
 #   bash bench/device/learning_smollm2.sh stash         # each call: install carried .whl/ into
 #                                                       # ~/site, move carried .carry/* to ~/parts
+#   bash bench/device/learning_smollm2.sh drift         # join + check + convert, then
+#                                                       # bench/control_drift.py (DRIFT_ARGS)
 #   bash bench/device/learning_smollm2.sh start         # join + check the GGUF, convert, start
 #   bash bench/device/learning_smollm2.sh wait SECONDS  # follow the run; results into $OUT
 #
@@ -46,11 +48,26 @@ stash() {
   ls -la "$PARTS"; du -sh "$SITE" 2>/dev/null || true
 }
 
-start() {
+base_model() {
   local gguf=$PARTS/SmolLM2-135M-Instruct.Q4_1.gguf
   [ -f "$gguf" ] || cat "$PARTS"/gguf.part-* > "$gguf"
   echo "$GGUF_SHA256  $gguf" | sha256sum -c -
   python3 -m mcprl_inference.base_model --gguf "$gguf" --out models
+}
+
+# The control's drift, update by update (bench/control_drift.py) on the expert's rows carried
+# as .carry/drift-sft.jsonl.gz (python -m mcprl_demo.warmstart ... --stages scenarios,expert).
+drift() {
+  base_model
+  [ -f "$PARTS/drift-sft.jsonl" ] || gunzip -kf "$PARTS/drift-sft.jsonl.gz"
+  local out=${OUT:-/tmp/out}
+  # shellcheck disable=SC2086
+  python3 bench/control_drift.py --rows "$PARTS/drift-sft.jsonl" --device cuda \
+    --out "$out/control_drift.json" ${DRIFT_ARGS:-} 2> >(grep -v -i warn >&2)
+}
+
+start() {
+  base_model
   mkdir -p "$RUN"
   if [ -d "$PARTS/warmstart" ] && [ ! -d "$RUN/warmstart" ]; then cp -r "$PARTS/warmstart" "$RUN/"; fi
   if [ -d "$RUN/warmstart" ]; then find "$RUN/warmstart" -name '*.gz' -exec gunzip -f {} +; fi
@@ -84,7 +101,8 @@ wait_run() {
 
 case "${1:-}" in
   stash) stash ;;
+  drift) stash; drift ;;
   start) stash; start ;;
   wait) wait_run "${2:-540}" ;;
-  *) echo "usage: $0 stash | start | wait SECONDS" >&2; exit 2 ;;
+  *) echo "usage: $0 stash | drift | start | wait SECONDS" >&2; exit 2 ;;
 esac

@@ -188,9 +188,15 @@ class LoraSettings(_Section):
 
 class TrainConfig(_Section):
     loss: str = Field("grpo", description="Loss from the registry in mcprl_trainer.loss.")
-    lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    optimizer: Literal["adamw", "sgd"] = Field(
+        "adamw", description="adamw, or sgd: an update linear in the gradient, so a reward "
+        "that carries no signal (the shuffled control) moves the policy by zero on average; "
+        "AdamW's per-coordinate normalisation does not keep that (bench/control_drift.py)."
+    )
+    lr: float = Field(1e-5, gt=0, description="Learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW).")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    momentum: float = Field(0.0, ge=0, lt=1, description="SGD momentum (optimizer: sgd).")
     warmup_steps: int = Field(0, ge=0, description="Linear LR warm-up (optimizer steps).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
     clip_eps: float = Field(0.2, gt=0, description="PPO clip: ratio kept in [1-eps, 1+eps_high].")

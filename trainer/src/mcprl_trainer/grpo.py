@@ -1,5 +1,5 @@
 """The GRPO update of one step: micro-batches packed by a token budget, gradient accumulation,
-AdamW with gradient clipping, bf16 autocast on GPU, optional KL to the base model.
+AdamW (or SGD) with gradient clipping, bf16 autocast on GPU, optional KL to the base model.
 
 The inputs are exactly the rollouts' token records: ``input_ids`` are the tokens the engine
 was sent and sampled, ``mask`` marks the sampled ones, ``sampler_logprobs`` are the engine's
@@ -124,6 +124,15 @@ def assign_micro_batches(batches: Sequence[Sequence[int]], lengths: Sequence[int
     return shares
 
 
+def build_optimizer(params: list[torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
+    """The configured optimizer over the trained (LoRA) parameters."""
+
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
+    return torch.optim.AdamW(params, lr=config.lr, betas=config.betas,
+                             weight_decay=config.weight_decay)
+
+
 class GRPOUpdater:
     """Owns the optimizer and scheduler of the LoRA parameters and runs one step's update.
 
@@ -146,9 +155,7 @@ class GRPOUpdater:
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters (is the LoRA attached?)")
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
-        )
+        self.optimizer = build_optimizer(self.params, config)
         warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda n: min(1.0, (n + 1) / warmup) if warmup else 1.0
