@@ -51,7 +51,7 @@ from mcprl_trainer.modeling import (  # noqa: E402
     resolve_dtype,
 )
 
-NAME_OFFSET = 10  # '<tool_call>\n{"name": "' is 10 tokens in SmolLM2's (and Qwen2's) vocab
+CALL_PREFIX = '<tool_call>\n{"name": "'  # the Hermes tool call, up to the tool's name
 
 
 @dataclass(frozen=True)
@@ -86,12 +86,26 @@ class Row:
     query: bool
 
 
+def name_tokens(tokenizer) -> tuple[int, int, int]:
+    """Tokens of the call prefix, and the first token of each decision's tool name."""
+
+    prefix = tokenizer.encode(CALL_PREFIX, add_special_tokens=False)
+    firsts = []
+    for name in ("run_query", "complete_task"):
+        ids = tokenizer.encode(CALL_PREFIX + name, add_special_tokens=False)
+        if ids[: len(prefix)] != prefix:
+            raise SystemExit(f"the tokenizer merges {CALL_PREFIX!r} into the tool name")
+        firsts.append(ids[len(prefix)])
+    if firsts[0] == firsts[1]:
+        raise SystemExit("run_query and complete_task start with the same token")
+    return len(prefix), firsts[0], firsts[1]
+
+
 def decision_rows(path: Path, tokenizer) -> list[Row]:
     """The demonstrations that reach the decision: their first tool call named run_query or
     complete_task, and where its name starts."""
 
-    run = tokenizer.convert_tokens_to_ids("run")
-    complete = tokenizer.convert_tokens_to_ids("complete")
+    offset, run, complete = name_tokens(tokenizer)
     rows = []
     for line in path.read_text().splitlines():
         data = json.loads(line)
@@ -101,7 +115,7 @@ def decision_rows(path: Path, tokenizer) -> list[Row]:
             if not mask[i]:
                 i += 1
                 continue
-            pos = i + NAME_OFFSET
+            pos = i + offset
             if pos < len(ids) and ids[pos] in (run, complete):
                 rows.append(Row(ids, mask, pos, ids[pos] == run))
                 break
@@ -119,7 +133,7 @@ class Replay:
         dtype = resolve_dtype("auto", device)
         base = load_base_model(str(args.base_model), device, dtype)
         lora = LoraSettings(r=8, alpha=16, init_adapter=args.warm_start)
-        if variant.fresh:
+        if variant.fresh and args.warm_start is not None:
             from peft import PeftModel
 
             merged = PeftModel.from_pretrained(base, str(args.warm_start)).merge_and_unload()
@@ -127,7 +141,7 @@ class Replay:
             model = attach_lora(merged, LoraSettings(r=8, alpha=16))
         else:
             model = attach_lora(base, lora)
-            if variant.kl > 0:
+            if variant.kl > 0 and args.warm_start is not None:
                 attach_reference(model, args.warm_start)
         self.model = model.to(device)
         self.model.train()
@@ -136,8 +150,7 @@ class Replay:
                             micro_batch_tokens=args.micro_batch_tokens, shared_prefix=True,
                             device=args.device)
         self.updater = GRPOUpdater(self.model, train, tokenizer.pad_token_id)
-        self.run_id = tokenizer.convert_tokens_to_ids("run")
-        self.complete_id = tokenizer.convert_tokens_to_ids("complete")
+        _, self.run_id, self.complete_id = name_tokens(tokenizer)
 
     @torch.no_grad()
     def probe(self, rows: list[Row]) -> list[float]:
@@ -224,8 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=Path, required=True, help="the expert's sft.jsonl")
     p.add_argument("--base-model", type=Path, default=ROOT / "models" / "smollm2-135m-instruct")
-    p.add_argument("--warm-start", type=Path,
-                   default=ROOT / "demo" / "checkpoints" / "smollm2-warm-start")
+    p.add_argument("--warm-start", type=lambda v: None if v == "none" else Path(v),
+                   default=ROOT / "demo" / "checkpoints" / "smollm2-warm-start",
+                   help="the LoRA adapter the policy starts from; 'none': a fresh LoRA")
     p.add_argument("--device", default="auto")
     p.add_argument("--variant", action="append", default=[], type=Variant.parse,
                    metavar="NAME:KEY=VALUE,...", help="lr, kl, opt (adamw|sgd), groups, warmup, "
@@ -259,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         "setup": {"rows": len(rows), "query_rows": len(q), "probe_rows": 2 * n,
                   "steps": args.steps, "group_size": args.group_size,
                   "query_share": args.query_share, "p_success": list(args.p_success),
-                  "base_model": str(args.base_model), "warm_start": str(args.warm_start)},
+                  "base_model": str(args.base_model),
+                  "warm_start": str(args.warm_start) if args.warm_start else None},
         "variants": {},
     }
     if torch.cuda.is_available():

@@ -179,14 +179,17 @@ def _rewarded_set(model, prompt: list[int]) -> tuple[torch.Tensor, float]:
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_rewarded_behaviour_becomes_more_likely(tiny_test_model, prompt, sign) -> None:
+@pytest.mark.parametrize("optimizer", ["adamw:3e-3", "sgd:1.0"])
+def test_rewarded_behaviour_becomes_more_likely(tiny_test_model, prompt, sign,
+                                                optimizer) -> None:
     """Reward "the first token is in S" (half the mass at the start): over GRPO steps on
     groups sampled from the current policy, P(S) rises; with the rewards' sign flipped it
-    falls."""
+    falls. With either optimizer."""
 
+    name, _, lr = optimizer.partition(":")
     model = _policy(tiny_test_model, seed=0)
     member, p_before = _rewarded_set(model, prompt)
-    updater = GRPOUpdater(model, TrainConfig(lr=3e-3), 0)
+    updater = GRPOUpdater(model, TrainConfig(optimizer=name, lr=float(lr)), 0)
     gen = torch.Generator().manual_seed(7)
     curve = []
     for _ in range(8):
