@@ -60,10 +60,9 @@ base_model() {
 drift() {
   base_model
   [ -f "$PARTS/drift-sft.jsonl" ] || gunzip -kf "$PARTS/drift-sft.jsonl.gz"
-  local out=${OUT:-/tmp/out}
   # shellcheck disable=SC2086
   python3 bench/control_drift.py --rows "$PARTS/drift-sft.jsonl" --device cuda \
-    --out "$out/control_drift.json" ${DRIFT_ARGS:-} 2> >(grep -v -i warn >&2)
+    --out "${1:-${OUT:-/tmp/out}/control_drift.json}" ${DRIFT_ARGS:-} 2> >(grep -v -i warn >&2)
 }
 
 start() {
@@ -76,6 +75,10 @@ start() {
     --out "$RUN" > "$RUN/run.log" 2> "$RUN/progress.log" < /dev/null &
   echo $! > "$RUN/pid"
   echo "started: ${RUN_ARGS[*]}"
+  if [ "${DRIFT_BESIDE:-0}" = 1 ]; then  # the drift bench beside the run (one small process)
+    setsid nohup bash "$0" drift "$RUN/control_drift.json" > "$RUN/drift.log" 2>&1 < /dev/null &
+    echo "control_drift started beside it: ${DRIFT_ARGS:-}"
+  fi
 }
 
 wait_run() {
@@ -89,9 +92,11 @@ wait_run() {
     # A lease can end before the run does: bring back what the runs have logged so far.
     tar -czf "$out/partial.tgz" -C "$RUN" progress.log \
       $(cd "$RUN" && ls runs/*/metrics.jsonl runs/*/evals.jsonl 2>/dev/null) 2>/dev/null || true
+    cp "$RUN"/control_drift.json "$RUN"/drift.log "$out"/ 2>/dev/null || true
     echo "RUNNING"; return 0
   fi
   echo "DONE"
+  cp "$RUN"/control_drift.json "$RUN"/drift.log "$out"/ 2>/dev/null || true
   cp "$RUN"/learning_run.json "$RUN"/curves.png "$RUN"/results-section.md "$out"/ 2>/dev/null || true
   tail -c 4000 "$RUN/run.log" > "$out/run-tail.txt" || true
   tar -czf "$out/warm-start.tgz" -C "$RUN/warmstart" model sft.json expert.json 2>/dev/null || true
@@ -101,7 +106,7 @@ wait_run() {
 
 case "${1:-}" in
   stash) stash ;;
-  drift) stash; drift ;;
+  drift) stash; drift "${2:-}" ;;
   start) stash; start ;;
   wait) wait_run "${2:-540}" ;;
   *) echo "usage: $0 stash | drift | start | wait SECONDS" >&2; exit 2 ;;
