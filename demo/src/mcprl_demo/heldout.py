@@ -17,6 +17,7 @@ from mcprl_common.wire import Scenario
 from mcprl_demo.expert import verify
 from mcprl_trainer.mcp_tools import open_session
 from mcprl_trainer.policy import PolicyClient
+from mcprl_trainer.recovery import RetryWindow
 from mcprl_trainer.rendering import ChatRenderer
 from mcprl_trainer.rollout import RolloutSettings, run_rollout
 
@@ -54,17 +55,30 @@ async def evaluate_heldout(
     concurrency: int = 4,
     seed: int = 0,
     on_done: Any = None,
+    retry: RetryWindow | None = None,
+    mcp_auth_token: str | None = None,
 ) -> HeldoutResult:
+    """``retry``: a rollout whose MCP session or engine call fails for the service's sake (a
+    dropped session, a restart) is run again from the start, with the same seed, while the
+    window lasts (default 90 s), as the trainer's rollouts are; one lost session no longer
+    ends a whole evaluation."""
+
     loop = asyncio.get_running_loop()
     started = loop.time()
     policy = PolicyClient(base_url)
     gate = asyncio.Semaphore(concurrency)
+    retry = retry or RetryWindow()
+
+    async def attempt(i: int, scenario: Scenario):
+        async with open_session(mcp_url, auth_token=mcp_auth_token) as session:
+            return await run_rollout(scenario, sampler=policy, model=model, renderer=renderer,
+                                     session=session, settings=settings,
+                                     seed=seed * 100_003 + i)
 
     async def one(i: int, scenario: Scenario):
-        async with gate, open_session(mcp_url) as session:
-            result = await run_rollout(scenario, sampler=policy, model=model,
-                                       renderer=renderer, session=session, settings=settings,
-                                       seed=seed * 100_003 + i)
+        async with gate:
+            result = await retry.call(lambda: attempt(i, scenario),
+                                      what=f"held-out rollout {scenario.id}")
         ok, detail = verify(scenario, result.trajectory.final_answer)
         if on_done is not None:
             on_done(ok)
