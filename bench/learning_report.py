@@ -140,7 +140,7 @@ def plot_curves(arms: dict[str, list[dict[str, Any]]], before: dict[str, Any],
     before_rate = before["success_rate"]
     for i, (arm, runs) in enumerate(arms.items()):
         for j, run in enumerate(runs):
-            curve = run["train"].get("curve") or []
+            curve = (run.get("train") or {}).get("curve") or []
             if curve:
                 xs, ys = zip(*curve, strict=True)
                 left.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8,

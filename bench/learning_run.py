@@ -325,14 +325,18 @@ def run_one(ctx: Ctx, arm: Arm, seed: int) -> dict[str, Any]:
     a = ctx.args
     name = f"{arm.name}-s{seed}"
     engine_url, own_engine = ctx.engine_url, None
-    if a.engine_per_run and ctx.services is not None:
-        # The engine batches one LoRA at a time: runs sharing it wait for each other's turns.
-        # One engine per run (same device, same settings for every arm) removes that wait.
-        engine_url, _, own_engine = ctx.services.engine(
-            ctx.base or ctx.warm, a.device, max_loras=4,
-            runs_dir=a.out / "stack" / f"engine-{name}")
     try:
+        if a.engine_per_run and ctx.services is not None:
+            # The engine batches one LoRA at a time: runs sharing it wait for each other's
+            # turns. One engine per run (same device, same settings for every arm) removes it.
+            engine_url, _, own_engine = ctx.services.engine(
+                ctx.base or ctx.warm, a.device, max_loras=4,
+                runs_dir=a.out / "stack" / f"engine-{name}")
         return _run_one(ctx, arm, seed, engine_url)
+    except Exception as exc:  # one run's failure (an engine that cannot start) is reported
+        say(f"{name}: failed: {exc!r}")  # in the JSON; the other runs' results are kept
+        return {"arm": arm.name, "seed": seed, "name": name, "after": None,
+                "error": f"{type(exc).__name__}: {exc}"}
     finally:
         if own_engine is not None:
             own_engine.stop()  # frees its GPU memory for the runs still queued
@@ -390,15 +394,25 @@ def _run_one(ctx: Ctx, arm: Arm, seed: int, engine_url: str) -> dict[str, Any]:
         finally:
             await policy.aclose()
 
-    run["after"] = asyncio.run(evaluate(latest))
     run["checkpoint_step"] = latest.step
     run["steps_per_minute"] = round(len(rows) / (seconds / 60), 2) if seconds else None
+    try:
+        run["after"] = asyncio.run(evaluate(latest))
+    except Exception as exc:  # the eval's own retries gave up: keep the run's training record
+        run["error"] = f"held-out eval of step {latest.step} failed: {exc!r}"
+        say(f"{cfg['name']}: {run['error']}")
+        return run
     if a.curve_every:  # held-out success along the run, from the checkpoints kept for it
         points = pick_evenly([c for c in list_checkpoints(run_dir) if c.step % a.curve_every == 0
                               and c.step != latest.step], a.curve_points)
-        run["curve"] = [{"step": c.step, **report.curve_point(asyncio.run(evaluate(c)))}
-                        for c in points] + [{"step": latest.step,
-                                             **report.curve_point(run["after"])}]
+        run["curve"] = []
+        for c in points:  # a point that cannot be evaluated is named, not fatal to the run
+            try:
+                run["curve"].append({"step": c.step,
+                                     **report.curve_point(asyncio.run(evaluate(c)))})
+            except Exception as exc:
+                run.setdefault("curve_errors", []).append(f"step {c.step}: {exc!r}")
+        run["curve"].append({"step": latest.step, **report.curve_point(run["after"])})
     say(f"{cfg['name']}: {len(rows)} steps in {seconds:.0f}s, held-out success "
         f"{run['after']['success_rate']:.3f}")
     return run
