@@ -141,14 +141,22 @@ class ServiceProcess:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
+            except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
+                # A second Ctrl-C (or SIGTERM) while waiting must not leave the child
+                # running: it is killed, then the interrupt goes on.
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
+                if isinstance(exc, KeyboardInterrupt):
+                    self._close_log()
+                    raise
+        self._close_log()
+        return self.proc.returncode
+
+    def _close_log(self) -> None:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-        return self.proc.returncode
 
     def __enter__(self) -> ServiceProcess:
         return self.start()
