@@ -166,3 +166,20 @@ async def test_rollouts_are_reproducible_from_the_seed(stack, tiny_test_model) -
     assert first == again
     assert first != other
     assert first[0] != first[1]  # group members get their own seeds
+
+
+async def test_a_spent_time_budget_makes_the_step_the_last_and_still_evaluates(
+        stack, tmp_path) -> None:
+    """train.max_train_seconds: the step that crosses the budget ends the run (a machine
+    slower than planned gets fewer steps, never a run past its bound), and the final eval
+    still runs after it, so the before/after comparison stands."""
+
+    config = RunConfig.model_validate(stack.run_config(
+        tmp_path, name="budget", steps=5, max_train_seconds=0.001,
+        eval={"every": 10}))  # due at step 0 and at step 5, not at step 1 by itself
+    outcome = await Trainer(config).run()
+    assert outcome.steps_done == 1 and not outcome.stopped_early
+    assert [h["step"] for h in _rows(config.run_dir / "metrics.jsonl")] == [1]
+    assert [e["step"] for e in _rows(config.run_dir / "evals.jsonl")] == [0, 1]
+    report = json.loads((config.run_dir / "report.json").read_text())
+    assert report["steps_done"] == 1 and report["steps_planned"] == 5

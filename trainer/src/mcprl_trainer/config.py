@@ -299,6 +299,12 @@ class RunConfig(BaseSettings):
         "name in mcprl_common.model_formats, as the engine's --tool-call-parser."
     )
     steps: int = Field(8, ge=0, description="GRPO steps of the run.")
+    max_train_seconds: float | None = Field(
+        None, gt=0, description="Wall-clock budget of the steps (from the first step's start, "
+        "evals between steps included): the step that crosses it is the last, then the final "
+        "eval runs. Bounds a run on a machine of unknown speed (the CPU demo); None = steps "
+        "alone decide."
+    )
     group_size: int = Field(4, ge=2, description="Rollouts per scenario (G).")
     groups_per_step: int = Field(2, ge=1, description="Scenarios per step (S).")
     sleep_engine_during_train: bool = Field(

@@ -179,9 +179,10 @@ class Trainer:
             f"{row['mean_reward']:.3f} turns {row['mean_turns']:.2f} tool errors "
             f"{row['tool_error_rate']:.3f} (n={row['n']})")
 
-    def _eval_due(self, step: int) -> bool:
+    def _eval_due(self, step: int, last: bool = False) -> bool:
         every = self.config.eval.every
-        return every > 0 and (step == 0 or step % every == 0 or step == self.config.steps)
+        return every > 0 and (step == 0 or step % every == 0 or step == self.config.steps
+                              or last)
 
     def _state(self) -> dict[str, Any]:
         return {"history": self.history, "evals": self.evals,
@@ -291,6 +292,8 @@ class Trainer:
         cfg = self.config
         max_stale = cfg.train.max_staleness
         prefetch = Prefetch()
+        deadline = (time.monotonic() + cfg.max_train_seconds
+                    if cfg.max_train_seconds is not None else None)
         try:
             for step in range(start + 1, cfg.steps + 1):
                 if self.stop.is_set():
@@ -318,18 +321,24 @@ class Trainer:
                 extra = {"rollout_wait_seconds": time.perf_counter() - t_step,
                          "staleness": float(staleness(self.version, collected)),
                          "stale_batches_dropped": float(dropped)}
-                if max_stale > 0 and step < cfg.steps:
+                out_of_time = deadline is not None and time.monotonic() >= deadline
+                if max_stale > 0 and step < cfg.steps and not out_of_time:
                     # Nothing samples now: publishing the trainer's version is safe.
                     prefetch.start(step + 1, self._collect(step + 1, self.version, runner,
                                                            splits, publisher, show=False))
                 await self._train_step(step, collected, t_step, extra, group, publisher)
-                if self._eval_due(step):
+                out_of_time = deadline is not None and time.monotonic() >= deadline
+                if self._eval_due(step, last=out_of_time):
                     await prefetch.settle()  # the eval samples the new adapter alone
                     await self._serve(self.version, publisher)
                     await self._eval(runner, splits, step)
                     # Record the eval in the checkpoint, so a crash before it is redone on resume.
                     save_checkpoint(self.run_dir, step, group, group.trainer_state(),
                                     self._state())
+                if out_of_time and step < cfg.steps:
+                    log.info("max_train_seconds spent: step %d is the last", step,
+                             extra={"max_train_seconds": cfg.max_train_seconds})
+                    return False
             return False
         finally:
             await prefetch.cancel()
