@@ -94,7 +94,7 @@ bench: setup tiny-model  ## CPU benchmarks, each prints JSON (ours next to a bas
 demo: setup tiny-model  ## the whole loop on this machine: eval, GRPO steps, eval (DEMO_ARGS=--quick)
 	$(PY) -m mcprl_demo $(DEMO_ARGS)
 
-warm-start: setup tiny-model  ## rebuild a warm start: WARMSTART_CONFIG=configs/warmstart.yaml (5M) | configs/warmstart-smollm2.yaml
+warm-start: setup tiny-model  ## rebuild a warm start: WARMSTART_CONFIG=configs/warmstart.yaml (5M) | configs/warmstart-demo.yaml (demo agent) | configs/warmstart-smollm2.yaml
 	$(PY) -m mcprl_demo.warmstart --config $(or $(WARMSTART_CONFIG),configs/warmstart.yaml)
 
 serve-mcp: setup  ## the company-db MCP server in the foreground (MCP_PORT, default 8903)

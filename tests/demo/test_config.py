@@ -19,6 +19,7 @@ pytestmark = pytest.mark.timeout(30)
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo.yaml"
 WARM = REPO / "configs" / "warmstart.yaml"
+DEMO_AGENT = REPO / "configs" / "warmstart-demo.yaml"
 
 
 def test_shipped_configs_validate() -> None:
@@ -28,13 +29,26 @@ def test_shipped_configs_validate() -> None:
     run = RunConfig.model_validate({**loaded.trainer, "model": "m",
                                     "scenarios": {"url": "http://x", "set_id": "s"}})
     assert run.reward.mode == "verifiable"
-    # The demo scores the policy it trains: several samples at the training temperature.
-    assert run.eval.temperature == run.rollout.temperature > 0 and run.eval.samples > 1
-    warm = load_warmstart_config(WARM)
-    assert warm.trainer_config == Path("configs/demo.yaml")
-    # The demonstrations are rendered with exactly the demo's rollout settings.
-    ro = RolloutConfig(**trainer_rollout_section(REPO / warm.trainer_config))
-    assert ro == run.rollout
+    # The demo's before/after: greedy, one rollout per val scenario, at least 64 of them
+    # (64 x 0.33 of the generated set), within a wall-clock budget of the steps.
+    assert run.eval.temperature == 0 and run.eval.samples == 1
+    assert run.eval.max_scenarios >= 64 and loaded.demo.scenarios * loaded.demo.val_fraction >= 64
+    assert run.max_train_seconds is not None and run.max_train_seconds <= 600
+    model = REPO / loaded.demo.model
+    assert (model / "config.json").exists() and (model / "model.safetensors").exists()
+    for recipe in (WARM, DEMO_AGENT):
+        warm = load_warmstart_config(recipe)
+        assert warm.trainer_config == Path("configs/demo.yaml")
+        # The demonstrations are rendered with exactly the demo's rollout settings.
+        ro = RolloutConfig(**trainer_rollout_section(REPO / warm.trainer_config))
+        assert _rendering(ro) == _rendering(run.rollout)
+    assert load_warmstart_config(DEMO_AGENT).output_dir == Path(loaded.demo.model)
+
+
+def _rendering(ro: RolloutConfig) -> dict:
+    """What decides the tokens of a rollout (not how many run at once or how they sample)."""
+
+    return ro.model_dump(exclude={"temperature", "top_p", "concurrency"})
 
 
 def test_quick_and_overrides(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ CHECKPOINT = REPO / "demo" / "checkpoints" / "warm-start"
 SHORT = {"demo.scenarios": 16, "demo.val_fraction": 0.25, "trainer.steps": 2,
          "trainer.group_size": 2, "trainer.groups_per_step": 1,
          "trainer.eval.max_scenarios": 3, "trainer.eval.samples": 2,
+         "trainer.eval.temperature": 1.0, "trainer.max_train_seconds": None,
          "trainer.rollout.max_turns": 6,
          "demo.model": str(CHECKPOINT)}
 
