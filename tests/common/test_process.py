@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import signal
 import sys
 import threading
 import time
@@ -41,10 +42,16 @@ def test_an_interrupt_while_waiting_kills_the_child_and_goes_on(tmp_path) -> Non
     an orphaned trainer): the child is killed at once and the interrupt still propagates."""
 
     proc = _stubborn(tmp_path)
+    # Ctrl-C's own handler, whatever an earlier test of the session left installed.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, _thread.interrupt_main)
     timer.start()
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        proc.stop(timeout_s=60)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            proc.stop(timeout_s=60)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert not proc.alive and proc.proc is not None and proc.proc.returncode < 0
     assert time.monotonic() - started < 15
