@@ -18,11 +18,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 SCRIPT = str(Path(sys.executable).parent / "mcprl-stack")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(tmp_path: Path) -> tuple[subprocess.Popen, str, int]:
     env = {**os.environ, "STACK_RUNS_DIR": str(tmp_path), "STACK_INHERIT_ENV": "false",
            "STACK_PORTS": json.dumps({"inventory-mcp": 0})}
+    # Ctrl-C's default disposition in the child, whatever this process inherited: a shell
+    # starts background jobs with SIGINT ignored, and an ignored SIGINT survives exec.
     proc = subprocess.Popen([SCRIPT, "up", "--services", "inventory-mcp"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_default_sigint)
     assert proc.stdout is not None
     lines = []
     deadline = time.monotonic() + 40
