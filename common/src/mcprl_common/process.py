@@ -136,27 +136,25 @@ class ServiceProcess:
 
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
-                # A second Ctrl-C (or SIGTERM) while waiting must not leave the child
-                # running: it is killed, then the interrupt goes on.
+        try:
+            if self.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-                if isinstance(exc, KeyboardInterrupt):
-                    self._close_log()
-                    raise
-        self._close_log()
+                    os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout_s)
+                except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
+                    # A second Ctrl-C (or SIGTERM) while waiting must not leave the child
+                    # running: it is killed, then the interrupt goes on.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(5)
+                    if isinstance(exc, KeyboardInterrupt):
+                        raise
+        finally:
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
         return self.proc.returncode
-
-    def _close_log(self) -> None:
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
 
     def __enter__(self) -> ServiceProcess:
         return self.start()

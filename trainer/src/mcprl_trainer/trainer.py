@@ -294,6 +294,10 @@ class Trainer:
         prefetch = Prefetch()
         deadline = (time.monotonic() + cfg.max_train_seconds
                     if cfg.max_train_seconds is not None else None)
+
+        def out_of_time() -> bool:  # max_train_seconds spent: this step is the last
+            return deadline is not None and time.monotonic() >= deadline
+
         try:
             for step in range(start + 1, cfg.steps + 1):
                 if self.stop.is_set():
@@ -321,21 +325,20 @@ class Trainer:
                 extra = {"rollout_wait_seconds": time.perf_counter() - t_step,
                          "staleness": float(staleness(self.version, collected)),
                          "stale_batches_dropped": float(dropped)}
-                out_of_time = deadline is not None and time.monotonic() >= deadline
-                if max_stale > 0 and step < cfg.steps and not out_of_time:
+                if max_stale > 0 and step < cfg.steps and not out_of_time():
                     # Nothing samples now: publishing the trainer's version is safe.
                     prefetch.start(step + 1, self._collect(step + 1, self.version, runner,
                                                            splits, publisher, show=False))
                 await self._train_step(step, collected, t_step, extra, group, publisher)
-                out_of_time = deadline is not None and time.monotonic() >= deadline
-                if self._eval_due(step, last=out_of_time):
+                last = out_of_time()
+                if self._eval_due(step, last=last):
                     await prefetch.settle()  # the eval samples the new adapter alone
                     await self._serve(self.version, publisher)
                     await self._eval(runner, splits, step)
                     # Record the eval in the checkpoint, so a crash before it is redone on resume.
                     save_checkpoint(self.run_dir, step, group, group.trainer_state(),
                                     self._state())
-                if out_of_time and step < cfg.steps:
+                if last and step < cfg.steps:
                     log.info("max_train_seconds spent: step %d is the last", step,
                              extra={"max_train_seconds": cfg.max_train_seconds})
                     return False
