@@ -218,7 +218,8 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
         f"{s['eval_n']} val scenarios, each answer checked by the verifiable checker. Every "
         f"run has the same budget: {s['budget_s']:.0f} s wall clock or {s['max_steps']} steps "
         f"(G={s['group_size']}, {s['groups_per_step']} scenarios per step, lr {s['lr']}; "
-        f"{s['parallel']} runs at once on one engine).",
+        f"{s['parallel']} runs at once, "
+        f"{'each with its own engine' if s.get('engine_per_run') else 'on one engine'}).",
         "",
         "Reproduce:",
         "",

@@ -4,8 +4,11 @@
 #
 #   bash bench/device/rl_step.sh single     # the issue-15 anchor's workload
 #   bash bench/device/rl_step.sh multi      # 4 turns, a 100-token tool result between turns
+#   bash bench/device/rl_step.sh stash      # only install the carried wheels into $SITE
 #
-# Here, before the call: `make gpu-wheels gpu-wheels-trl` (.whl/ and .whl-trl/: carry both).
+# Here, before the call: `make gpu-wheels gpu-wheels-trl` (.whl/ and .whl-trl/: carry both,
+# or, when the tree and both pass a call's 64 MiB, `stash` carrying .whl and then the run
+# carrying .whl-trl, back to back on the warm machine).
 # What comes back: rl_step.json (rewritten after each side, so a run stopped at the time limit
 # still has ours) and rl_step.log (the bench's progress, its stderr).
 # BUDGET_S (default 540) bounds the whole call; EXTRA_ARGS go to the bench (e.g. --only ours).
@@ -15,19 +18,21 @@ VARIANT=${1:-single}
 case "$VARIANT" in
   single) VARIANT_ARGS=(--variant single) ;;
   multi) VARIANT_ARGS=(--variant multiturn) ;;
-  *) echo "usage: $0 single | multi" >&2; exit 2 ;;
+  stash) ;;  # install the carried wheels only (the tree, .whl and .whl-trl pass 64 MiB)
+  *) echo "usage: $0 single | multi | stash" >&2; exit 2 ;;
 esac
 OUT=${OUT:-/tmp/out}
-SITE=${SITE:-/tmp/site-rl-step}
+SITE=${SITE:-$HOME/site-rl-step}  # kept while the machine is warm: wheels may come in 2 calls
 mkdir -p "$OUT"
 wheels=()
 for dir in .whl .whl-trl; do
   if compgen -G "$dir/*.whl" >/dev/null; then wheels+=("$dir"/*.whl); fi
 done
-if [ ${#wheels[@]} -gt 0 ] && [ ! -f "$SITE/.done" ]; then
+if [ ${#wheels[@]} -gt 0 ]; then  # each call installs what it carries, beside earlier calls'
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" "${wheels[@]}" && touch "$SITE/.done"
+    --target "$SITE" "${wheels[@]}"
 fi
+if [ "$VARIANT" = stash ]; then du -sh "$SITE"; exit 0; fi
 export PYTHONPATH=$SITE:$(printf "$PWD/%s/src:" common inference trainer) HF_HUB_OFFLINE=1 \
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TRL_EXPERIMENTAL_SILENCE=1 \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
