@@ -13,12 +13,18 @@ as in a deployment. Each step, in the trainer's order (mcprl_trainer.trainer):
 4. ``checkpoint``: :func:`~mcprl_trainer.checkpoint.save_checkpoint` (adapter + optimizer);
 5. ``publish``: :meth:`AdapterPublisher.publish`: the engine loads the adapter and lists it;
    the next step's rollouts sample from it.
+
+Around the rollout phase the bench scrapes the engine's /metrics: each step's ``engine`` dict
+is where the rollout time went inside the engine (prefill, decode, with ``INFERENCE_PROFILE``
+on CUDA the decode forward vs sampling device time) and ``rollout_other_s``, the rest (HTTP,
+scheduling, requests not there yet).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +44,17 @@ from rl_step_common import (
 
 SERVED = "bench-base"
 RUN = "rl-step"
+# The engine's counters read around each rollout phase (/metrics sample -> JSON key).
+ENGINE_COUNTERS = {
+    "mcprl_inference_prefill_seconds_total": "prefill_s",
+    "mcprl_inference_prefill_batches_total": "prefill_batches",
+    "mcprl_inference_decode_seconds_total": "decode_s",
+    "mcprl_inference_decode_steps_total": "decode_steps",
+    "mcprl_inference_decode_tokens_total": "decode_tokens",
+    "mcprl_inference_cuda_graph_captures_total": "graph_captures",
+    "mcprl_inference_decode_forward_seconds_total": "decode_forward_s",
+    "mcprl_inference_sample_seconds_total": "sample_s",
+}
 
 
 def kv_cache_gib(work: Workload, cfg: Any, cuda: bool, max_len: int) -> float:
@@ -70,6 +87,8 @@ def start_engine(work: Workload, model_dir: Path, device: str,
         "INFERENCE_KV_CACHE_MEMORY_GB": str(kv_cache_gib(work, cfg, device.startswith("cuda"),
                                                          max_len)),
         "INFERENCE_LOG_LEVEL": "warning", "INFERENCE_SEED": str(work.seed),
+        # this bench is for finding where time goes: decode forward vs sampling device time
+        "INFERENCE_PROFILE": "true",
         "PYTHONPATH": ":".join(sys.path),
     }
     proc = ServiceProcess("inference", [sys.executable, "-m", "mcprl_inference"], env=env,
@@ -92,6 +111,55 @@ def run_config(work: Workload, model_dir: Path, engine_url: str, out: Path, devi
                   "gradient_checkpointing": work.gradient_checkpointing},
         "eval": {"every": 0}, "status": {"enabled": False},
     })
+
+
+async def engine_counters(http: Any, url: str) -> dict[str, float]:
+    """The engine's own counters from its /metrics, keyed as in :data:`ENGINE_COUNTERS`."""
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = await http.get(f"{url}/metrics")
+    response.raise_for_status()
+    found = dict.fromkeys(ENGINE_COUNTERS.values(), 0.0)
+    seen = set()
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name in ENGINE_COUNTERS:
+                found[ENGINE_COUNTERS[sample.name]] += sample.value
+                seen.add(sample.name)
+    missing = sorted(set(ENGINE_COUNTERS) - seen)
+    if missing:
+        raise RuntimeError(f"engine /metrics lacks {missing}: an older engine?")
+    return found
+
+
+def engine_breakdown(before: dict[str, float], after: dict[str, float],
+                     rollout_s: float) -> dict[str, float | int]:
+    """Counter deltas over one rollout phase, plus the phase's time outside prefill and decode."""
+
+    out: dict[str, float | int] = {}
+    for key in ENGINE_COUNTERS.values():
+        delta = after[key] - before[key]
+        out[key] = round(delta, 3) if key.endswith("_s") else round(delta)
+    out["rollout_other_s"] = round(rollout_s - (after["prefill_s"] - before["prefill_s"])
+                                   - (after["decode_s"] - before["decode_s"]), 3)
+    return out
+
+
+def engine_median(rows: list[dict[str, Any]], warmup: int) -> dict[str, float]:
+    """Median of each ``engine`` key over the timed steps (as ``phases_median``)."""
+
+    timed_rows = [r["engine"] for r in (rows[warmup:] or rows)]
+    if not timed_rows:
+        return {}
+    return {k: round(statistics.median(r[k] for r in timed_rows), 3) for k in timed_rows[0]}
+
+
+def _engine_line(e: dict[str, float | int]) -> str:
+    return (f"engine: prefill {e['prefill_s']:.2f}s/{e['prefill_batches']} batches, "
+            f"decode {e['decode_s']:.2f}s/{e['decode_steps']} steps/{e['decode_tokens']} tok "
+            f"(forward {e['decode_forward_s']:.2f}s, sample {e['sample_s']:.2f}s), "
+            f"other {e['rollout_other_s']:.2f}s, graph captures {e['graph_captures']}")
 
 
 async def _rollout(sampler: Any, model: str, prompt: list[int], work: Workload, vocab: int,
@@ -136,7 +204,8 @@ async def _group(publisher: Any, model: str, prompt: list[int], work: Workload, 
 
 
 async def _steps(work: Workload, config: Any, device: str, total: int, warmup: int,
-                 monitor: GpuMonitor) -> list[dict[str, Any]]:
+                 monitor: GpuMonitor, engine_url: str) -> list[dict[str, Any]]:
+    import httpx
     import torch
 
     from mcprl_trainer.batch import build_step_batch
@@ -155,6 +224,7 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
     pool = EnginePool.from_urls(config.policy.engine_urls, timeout_s=config.policy.timeout_s)
     publisher = AdapterPublisher(pool, config, RetryWindow(window_s=30.0))
     model = config.served_base
+    http = httpx.AsyncClient(timeout=30.0)
     steps: list[dict[str, Any]] = []
     try:
         for step in range(1, total + 1):
@@ -162,11 +232,15 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
             phases: dict[str, float] = {}
             if device.startswith("cuda"):
                 torch.cuda.reset_peak_memory_stats()
+            counters = await engine_counters(http, engine_url)  # the engine is idle here
             t0 = time.perf_counter()
             with timed(phases, "rollout", device):
                 groups = await asyncio.gather(*(
                     _group(publisher, model, p, work, vocab, step, i)
                     for i, p in enumerate(prompts)))
+            # in the step's wall time (a few ms), in no phase
+            engine = engine_breakdown(counters, await engine_counters(http, engine_url),
+                                      phases["rollout"])
             with timed(phases, "reward", device):
                 for g in groups:
                     for r in g.results:
@@ -191,11 +265,13 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
                    "sampled_with": groups[0].results[0].tokens.turns[0].model,
                    "loss": round(float(metrics.get("loss", 0.0)), 5),
                    "reward_mean": round(step_batch.metrics["reward_mean"], 4),
-                   "trainer_peak_gib": torch_peak_gib(device), **monitor.window(t0, t1)}
+                   "trainer_peak_gib": torch_peak_gib(device), **monitor.window(t0, t1),
+                   "engine": engine}
             steps.append(row)
-            print(f"ours step {step}/{total}: {row['seconds']:.2f}s {row['phases']}",
-                  file=sys.stderr, flush=True)
+            print(f"ours step {step}/{total}: {row['seconds']:.2f}s {row['phases']} "
+                  f"{_engine_line(engine)}", file=sys.stderr, flush=True)
     finally:
+        await http.aclose()
         await pool.aclose()
         group.close()
         del group
@@ -218,7 +294,8 @@ def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: i
     engine_start_s = time.perf_counter() - started
     try:
         config = run_config(work, model_dir, url, out, device, micro_batch_tokens)
-        rows = asyncio.run(_steps(work, config, device, warmup + steps, warmup, monitor))
+        rows = asyncio.run(_steps(work, config, device, warmup + steps, warmup, monitor,
+                                  url))
     except BaseException:
         tail = (out / "engine.log").read_text(errors="replace")[-3000:]
         print(f"engine log tail:\n{tail}", file=sys.stderr)
@@ -237,6 +314,9 @@ def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: i
         "engine_start_seconds": round(engine_start_s, 1),
         "micro_batch_tokens": micro_batch_tokens,
         "gpu_busy_source": monitor.source,
+        "engine_median": engine_median(rows, warmup),
+        "engine_profile": "INFERENCE_PROFILE on: each decode step syncs to time forward vs "
+                          "sampling (CUDA only), a little slower than serving",
         "wall_seconds": round(time.perf_counter() - started, 1),
     })
     return result

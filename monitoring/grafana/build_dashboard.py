@@ -159,6 +159,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ("KV cache usage (vLLM only)", "percentunit", "timeseries", [
             ("max(vllm:kv_cache_usage_perc)", "KV cache")],
          "vLLM's KV-cache occupancy; our CPU engine does not export it."),
+        ("Engine busy: prefill vs decode (ours only)", "percentunit", "timeseries", [
+            (f"sum(rate(mcprl_inference_prefill_seconds_total{RATE}))", "prefill"),
+            (f"sum(rate(mcprl_inference_decode_seconds_total{RATE}))", "decode")],
+         "Share of wall time our engine spends prefilling and decoding (seconds per second); "
+         "the rest is idle, HTTP and scheduling."),
     ]),
     ("Services", [
         ("Targets up", "none", "stat", [("up", "{{job}}")],

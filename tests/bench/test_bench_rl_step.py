@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HAS_TRL = importlib.util.find_spec("trl") is not None
 OURS_PHASES = {"rollout", "reward", "update", "checkpoint", "publish"}
 TRL_PHASES = {"generate", "score", "train"}
+ENGINE_KEYS = {"prefill_s", "prefill_batches", "decode_s", "decode_steps", "decode_tokens",
+               "graph_captures", "decode_forward_s", "sample_s", "rollout_other_s"}
 
 
 def _bench(tmp_path: Path, *args: str) -> dict:
@@ -29,6 +31,28 @@ def _bench(tmp_path: Path, *args: str) -> dict:
     result = json.loads(proc.stdout)  # stdout is the JSON alone
     assert result == json.loads(out.read_text())
     return result
+
+
+def _check_engine(ours: dict, work: dict) -> None:
+    """Each step's rollout phase split by the engine's counters (CPU: no graphs, no profile)."""
+
+    rollouts = work["prompts"] * work["rollouts"]
+    requests = rollouts * work["turns"]
+    for step in ours["steps"]:
+        engine = step["engine"]
+        assert set(engine) == ENGINE_KEYS
+        assert engine["prefill_batches"] >= 1 and engine["decode_steps"] > 0
+        # each request's first token comes from its prefill, every other one from a decode step
+        assert engine["decode_tokens"] == step["sampled_tokens"] - requests
+        assert engine["decode_steps"] <= engine["decode_tokens"]
+        assert engine["prefill_s"] > 0 and engine["decode_s"] > 0
+        assert engine["graph_captures"] == engine["decode_forward_s"] == engine["sample_s"] == 0
+        rollout = step["phases"]["rollout"]
+        assert engine["rollout_other_s"] == pytest.approx(
+            rollout - engine["prefill_s"] - engine["decode_s"], abs=2e-3)
+        assert engine["prefill_s"] + engine["decode_s"] <= rollout + 2e-3
+    assert set(ours["engine_median"]) == ENGINE_KEYS
+    assert "INFERENCE_PROFILE" in ours["engine_profile"]
 
 
 def _check_side(side: dict, phases: set[str], steps: int, sampled: int) -> None:
@@ -67,6 +91,7 @@ def test_single_turn_ours_and_trl(tmp_path: Path) -> None:
         assert step["trained_tokens"] == sampled  # every sampled token trained on
     # step 1 samples the base; later steps the adapter published by the step before
     assert [s["sampled_with"] for s in ours["steps"]] == ["bench-base"] + ["rl-step"] * 3
+    _check_engine(ours, work)
     if not HAS_TRL:
         assert "skipped" in result["trl"] and result["speedup"] is None
         pytest.skip("trl is not installed (make setup-trl): TRL side not run")
@@ -90,6 +115,7 @@ def test_multiturn_appends_tool_results(tmp_path: Path) -> None:
     sampled = rollouts * work["new_tokens"]
     for step in result["ours"]["steps"]:
         assert step["sampled_tokens"] == step["trained_tokens"] == sampled
+    _check_engine(result["ours"], work)
     if HAS_TRL:  # TRL's completions hold the tool results too (masked out of its loss)
         tools = rollouts * work["tool_tokens"] * (work["turns"] - 1)
         assert all(s["completion_tokens"] == sampled + tools for s in result["trl"]["steps"])

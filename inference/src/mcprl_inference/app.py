@@ -55,6 +55,7 @@ def build_state(settings: InferenceSettings, metrics: EngineMetrics) -> ServingS
     for name, path in settings.static_loras():
         engine.lora.load(name, path)
     metrics.watch_lora(engine.lora)
+    metrics.watch_engine(engine)
     engine.start()
     models = ServingModels(engine, settings.model_name, settings.model,
                            on_load=lambda _: metrics.lora_loads.labels(metrics.model_name).inc(),

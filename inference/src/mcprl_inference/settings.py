@@ -82,6 +82,11 @@ class InferenceSettings(ServiceSettings):
     prefix_cache_memory_gb: float | None = Field(
         None, gt=0, description="Memory of the prefix cache in GiB; unset: 1 GiB on CPU, 10% "
                                 "of the KV cache budget (at most 8 GiB) on CUDA.")
+    profile: bool = Field(
+        False, description="Time each decode step's forward pass and sampling apart with CUDA "
+                           "events (mcprl_inference_decode_forward_seconds_total, "
+                           "mcprl_inference_sample_seconds_total); it syncs the stream every "
+                           "step, so it costs a little speed. CUDA only; for benchmarks.")
     request_timeout_s: float = Field(600.0, gt=0, description="A request still queued or "
                                                               "running after this fails (504).")
 
@@ -99,7 +104,7 @@ class InferenceSettings(ServiceSettings):
             max_logprobs=self.max_logprobs, seed=self.seed,
             decode_attention=self.decode_attention,
             enable_prefix_caching=self.enable_prefix_caching,
-            prefix_cache_memory_gb=self.prefix_cache_memory_gb,
+            prefix_cache_memory_gb=self.prefix_cache_memory_gb, profile=self.profile,
         )
 
     def static_loras(self) -> list[tuple[str, str]]:
