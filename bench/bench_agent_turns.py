@@ -41,6 +41,7 @@ def rollout(engine: LLMEngine, start: list[int], args: argparse.Namespace, seed:
     """One agent rollout; returns every sampled id (for the on/off comparison)."""
 
     rng = random.Random(seed)
+    span = _id_span(engine)
     prompt, sampled_all = list(start), []
     for turn in range(args.turns):
         out = engine.add_request(prompt, SamplingParams(
@@ -48,26 +49,44 @@ def rollout(engine: LLMEngine, start: list[int], args: argparse.Namespace, seed:
             ignore_eos=True)).result(600)
         sampled = out.outputs[0].token_ids
         sampled_all += sampled
-        tool = [rng.randrange(100, 20000) for _ in range(args.tool_tokens)]
+        tool = [rng.randrange(100, 100 + span) for _ in range(args.tool_tokens)]
         prompt = [*prompt, *sampled, *tool]
     return sampled_all
 
 
+def _id_span(engine: LLMEngine) -> int:
+    """Synthetic ids are 100..100 + span: 20,000 wide (as always) where the vocabulary
+    allows, narrower for a tiny test model."""
+
+    return min(20000, engine.vocab_size - 100)
+
+
 def run(engine: LLMEngine, args: argparse.Namespace) -> dict[str, Any]:
-    system = [(37 * i) % 20000 + 100 for i in range(args.system)]
-    starts = [[*system, *[(11 * g + j) % 20000 + 100 for j in range(args.task_tokens)]]
+    span = _id_span(engine)
+    system = [(37 * i) % span + 100 for i in range(args.system)]
+    starts = [[*system, *[(11 * g + j) % span + 100 for j in range(args.task_tokens)]]
               for g in range(args.groups) for _ in range(args.group_size)]
-    before = (engine.stats.prompt_tokens, engine.prefix_cache.hit_tokens)
+    stats = engine.stats
+    before = (stats.prompt_tokens, engine.prefix_cache.hit_tokens,
+              getattr(stats, "prefill_forwards", 0), stats.prefill_time_s, stats.prefill_batches,
+              getattr(stats, "cached_prompt_tokens", 0))
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=len(starts)) as pool:
         sampled = list(pool.map(lambda i: rollout(engine, starts[i], args, i), range(len(starts))))
     seconds = time.perf_counter() - t0
     prompt_tokens = engine.stats.prompt_tokens - before[0]
     hits = engine.prefix_cache.hit_tokens - before[1]
+    if hasattr(stats, "cached_prompt_tokens"):  # cache hits + copies of equal prompts
+        hits = stats.cached_prompt_tokens - before[5]
     return {"seconds": round(seconds, 3), "rollouts_per_s": round(len(starts) / seconds, 3),
             "prompt_tokens": prompt_tokens, "prefilled_tokens": prompt_tokens - hits,
             "cached_share": round(hits / prompt_tokens, 4) if prompt_tokens else 0.0,
-            "generated_tokens": sum(len(s) for s in sampled), "_sampled": sampled}
+            "generated_tokens": sum(len(s) for s in sampled),
+            # older engines have no forward counter (it came with batched extends)
+            "prefill_forwards": stats.prefill_forwards - before[2]
+            if hasattr(stats, "prefill_forwards") else None,
+            "prefill_batches": stats.prefill_batches - before[4],
+            "prefill_s": round(stats.prefill_time_s - before[3], 3), "_sampled": sampled}
 
 
 def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:

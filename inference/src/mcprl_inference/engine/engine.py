@@ -4,7 +4,8 @@ Requests arrive from any thread (the API's event loop) and wait in a FIFO queue.
 thread loops: admit waiting requests while KV slots and memory allow (continuous batching:
 new sequences join a batch that is already decoding), prefill them together, then run one
 decode step for all running sequences, sample, and retire finished ones, compacting the
-slots. ``n > 1`` prefills the prompt once and copies its KV into the siblings' slots.
+slots. ``n > 1`` prefills the prompt once and copies its KV into the siblings' slots, and
+so do equal prompts admitted together (the rollouts of one task, sent as n=1 requests).
 
 LoRA: the running batch shares one adapter (or none); a request for another adapter waits at
 the head of the queue until the batch drains, then the batch switches (FIFO, no starvation).
@@ -32,7 +33,7 @@ from mcprl_inference.engine.config import EngineConfig
 from mcprl_inference.engine.loader import eos_token_ids, resolve_device, resolve_dtype
 from mcprl_inference.engine.lora import LoraError, LoraManager
 from mcprl_inference.engine.model_runner import ModelRunner
-from mcprl_inference.engine.prefix_cache import PrefixCache
+from mcprl_inference.engine.prefix_cache import PrefixCache, PrefixHit
 from mcprl_inference.engine.sampling import SamplingBatch, SamplingParams, sample, unpack_bitmask
 from mcprl_inference.engine.sequence import (
     EngineError,
@@ -393,6 +394,7 @@ class LLMEngine:
         reserved = max((s.request.need_len for s in self._running), default=0)
         tokens = 0
         group = self._group
+        admitted_prompts: set[tuple[int, ...]] = set()
         with self._cv:
             while self._waiting:
                 req = self._waiting[0]
@@ -409,15 +411,27 @@ class LLMEngine:
                 new_rows, new_len = rows + req.params.n, max(reserved, req.need_len)
                 if new_rows > self.config.max_batch_size or not self._fits(new_rows, new_len):
                     break
-                if admitted and tokens + len(req.prompt_ids) > self.max_prefill_tokens:
+                work = self._prefill_work(req, admitted_prompts)
+                if admitted and tokens + work > self.max_prefill_tokens:
                     break
                 self._waiting.popleft()
                 admitted.append(req)
+                admitted_prompts.add(tuple(req.prompt_ids))
                 group = req.adapter
-                rows, reserved, tokens = new_rows, new_len, tokens + len(req.prompt_ids)
+                rows, reserved, tokens = new_rows, new_len, tokens + work
         if admitted:
             self._group = group
             self._prefill(admitted, rows, reserved)
+
+    def _prefill_work(self, req: EngineRequest, admitted: set[tuple[int, ...]]) -> int:
+        """Prompt tokens the request would run through the model: none for a copy of a
+        prompt admitted in this round (it shares that prefill), else its uncached rest (an
+        agent's next turn is mostly cached), so many such requests fill one prefill."""
+
+        if tuple(req.prompt_ids) in admitted:
+            return 0
+        key = self.lora.key(req.adapter)  # admission keeps one adapter per batch
+        return len(req.prompt_ids) - self.prefix_cache.cached_len(key, req.prompt_ids)
 
     def _make_resident(self, req: EngineRequest) -> bool:
         """Its adapter in memory (loaded again if ``max_loras`` evicted it); False, with the
@@ -448,7 +462,9 @@ class LLMEngine:
                 slot += 1
                 new_seqs.append(seq)
         self._running.extend(new_seqs)  # before the forward: a failure fails them too
+        forwards = self.runner.prefill_forwards
         logits = self._prefill_logits(requests, first_slots)
+        self.stats.prefill_forwards += self.runner.prefill_forwards - forwards
         expand: list[int] = []
         for i, req in enumerate(requests):
             for seq in req.sequences[1:]:
@@ -471,6 +487,7 @@ class LLMEngine:
         result = self._sample(logits, batch, steps, new_seqs, slots)
         self.stats.prefill_batches += 1
         self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
+        self.stats.cached_prompt_tokens += sum(r.cached_tokens for r in requests)
         self.stats.prefill_time_s += time.perf_counter() - t0
         now = time.perf_counter()
         for req in requests:
@@ -480,8 +497,37 @@ class LLMEngine:
         self._retire()
 
     def _prefill_logits(self, requests: list[EngineRequest], slots: list[int]) -> torch.Tensor:
-        """Logits after each prompt: prompts with a cached start run only their rest, one by
-        one; the others are prefilled together.
+        """Logits after each prompt, in as few forward passes as the prompts allow.
+
+        A prompt equal to an earlier one of the same admission (the rollouts of one task,
+        each sent as its own n=1 request) runs nothing: its slot gets that prompt's KV and its
+        row that prompt's logits, as the sequences of an n > 1 request do. Sampling stays per
+        sequence, with its own seed, so its tokens are those it would get alone."""
+
+        first: dict[tuple[int, ...], int] = {}
+        copies: dict[int, int] = {}  # request -> the earlier request of the same prompt
+        for i, req in enumerate(requests):
+            j = first.setdefault(tuple(req.prompt_ids), i)
+            if j != i:
+                copies[i] = j
+        rows = self._distinct_logits(requests, slots, [i for i in range(len(requests))
+                                                       if i not in copies])
+        for i, j in copies.items():
+            # into the copy's first slot now: _prefill then copies that slot to the other
+            # sequences of an n > 1 request, the copy's as well as the original's
+            self.runner.cache.move(slots[i], slots[j], len(requests[i].prompt_ids))
+            rows[i] = rows[j]
+            # what vLLM reports for a full prefix hit: all but the last token, which vLLM
+            # runs again for its logits (here the original's logits stand in for it); it
+            # keeps cached_tokens < prompt_tokens, as clients of vLLM expect
+            requests[i].cached_tokens = len(requests[i].prompt_ids) - 1
+        return torch.cat([rows[i] for i in range(len(requests))])
+
+    def _distinct_logits(self, requests: list[EngineRequest], slots: list[int],
+                         which: list[int]) -> dict[int, torch.Tensor]:
+        """Logits rows ``[1, V]`` of ``requests[i]`` for ``i`` in ``which`` (distinct
+        prompts): those with a cached start run only their rests, together (an agent's next
+        turns); the others are prefilled together.
 
         Prompts admitted together that share an uncached start (a burst of rollouts with one
         system prompt) would each prefill it: one of them, the leader, runs first and leaves
@@ -489,7 +535,7 @@ class LLMEngine:
 
         adapter = self.lora.key(self._group)
         cache = self.prefix_cache
-        hits = {i: cache.lookup(adapter, r.prompt_ids) for i, r in enumerate(requests)}
+        hits = {i: cache.lookup(adapter, requests[i].prompt_ids) for i in which}
         rows: dict[int, torch.Tensor] = {}
         misses = [i for i, hit in hits.items() if hit is None]
         followers = self._followers(requests, misses) if cache.enabled else set()
@@ -507,11 +553,30 @@ class LLMEngine:
                 if hit is None:  # evicted meanwhile (a tiny cache): a full prefill of its own
                     rows[i] = self.runner.prefill([requests[i].prompt_ids], [slots[i]])
                 hits[i] = hit
-        for i, hit in hits.items():
-            if hit is not None:
-                requests[i].cached_tokens = hit.tokens
-                rows[i] = self.runner.prefill_extend(requests[i].prompt_ids, slots[i], hit.blocks)
-        return torch.cat([rows[i] for i in range(len(requests))])
+        found = {i: hit for i, hit in hits.items() if hit is not None}
+        for i, hit in found.items():
+            requests[i].cached_tokens = hit.tokens
+        for chunk in self._extend_chunks(requests, found):
+            out = self.runner.prefill_extend_batch(
+                [requests[i].prompt_ids for i in chunk], [slots[i] for i in chunk],
+                [found[i].blocks for i in chunk])
+            rows.update({i: out[j:j + 1] for j, i in enumerate(chunk)})
+        return rows
+
+    def _extend_chunks(self, requests: list[EngineRequest], hits: dict[int, PrefixHit]
+                       ) -> list[list[int]]:
+        """The prompts with a cached start, grouped into forward passes: shortest rests
+        first, as many per pass as keep rows x longest rest (the padded shape the pass
+        really runs) within ``max_prefill_tokens``; one long rest never pads many short."""
+
+        rest = {i: len(requests[i].prompt_ids) - hit.tokens for i, hit in hits.items()}
+        chunks: list[list[int]] = []
+        for i in sorted(rest, key=lambda i: (rest[i], i)):
+            if chunks and (len(chunks[-1]) + 1) * rest[i] <= self.max_prefill_tokens:
+                chunks[-1].append(i)
+            else:
+                chunks.append([i])
+        return chunks
 
     def _followers(self, requests: list[EngineRequest], misses: list[int]) -> set[int]:
         """The misses whose first cache block another, earlier miss also starts with."""

@@ -14,7 +14,10 @@ Plans tell ``update`` what the current forward pass is:
 - decode: row ``i`` is slot ``i``, its one new token goes to ``positions[i]`` and attention
   reads the first ``attn_len`` positions of the slot under a length mask;
 - extend: one sequence whose first ``start`` positions already hold a cached prefix: its new
-  tokens go to ``start..`` and attention reads the whole slot under a causal mask.
+  tokens go to ``start..`` and attention reads the whole slot under a causal mask;
+- extend_batch: several such sequences in one pass, right-padded: only each row's real new
+  tokens are written (padding never reaches a slot) and each row reads its own slot under
+  the caller's mask.
 """
 
 from __future__ import annotations
@@ -105,6 +108,13 @@ class SlotKVCache:
         self._positions: torch.Tensor | None = None
         self._attn_len = 0
         self._slot = self._start = 0
+        self._write_rows: torch.Tensor | None = None
+        self._write_cols: torch.Tensor | None = None
+        self._write_slots: torch.Tensor | None = None
+        self._write_pos: torch.Tensor | None = None
+        self._read_slots: torch.Tensor | None = None
+        self._read_range: tuple[int, int] | None = None
+        self._read_len = 0
         self._row_index = torch.arange(0, device=device)
 
     # sizes -----------------------------------------------------------------------------
@@ -159,6 +169,29 @@ class SlotKVCache:
     def plan_extend(self, slot: int, start: int) -> None:
         self._mode, self._slot, self._start = "extend", slot, start
 
+    def plan_extend_batch(self, slots: Sequence[int], starts: Sequence[int],
+                          lengths: Sequence[int]) -> None:
+        """Row ``i`` continues slot ``slots[i]`` at position ``starts[i]`` with ``lengths[i]``
+        real tokens, then padding, which is never written (a short row's padding would run
+        past what its slot reserved, even past the capacity). Attention reads
+        each row's own slot, positions ``0..max(starts + lengths) - 1``: a plain view when the
+        slots are consecutive, a gather (a copy) otherwise."""
+
+        device = self.device
+        rows = torch.cat([torch.full((n,), i, dtype=torch.long) for i, n in enumerate(lengths)])
+        cols = torch.cat([torch.arange(n, dtype=torch.long) for n in lengths])
+        base = torch.tensor(list(starts), dtype=torch.long)
+        self._mode = "extend_batch"
+        self._write_rows, self._write_cols = rows.to(device), cols.to(device)
+        self._write_slots = torch.tensor(list(slots), dtype=torch.long)[rows].to(device)
+        self._write_pos = (base[rows] + cols).to(device)
+        self._read_len = max(s + n for s, n in zip(starts, lengths, strict=True))
+        first, count = slots[0], len(slots)
+        consecutive = list(slots) == list(range(first, first + count))
+        self._read_range = (first, count) if consecutive else None
+        self._read_slots = None if consecutive else torch.tensor(list(slots), dtype=torch.long,
+                                                                  device=device)
+
     # prefix reuse ---------------------------------------------------------------------
     def slot_kv(self, slot: int, length: int) -> torch.Tensor:
         """``[layers, 2, kv_heads, length, head_dim]`` view of a slot's first positions."""
@@ -179,6 +212,8 @@ class SlotKVCache:
 
     def clear_plan(self) -> None:
         self._mode, self._slots, self._positions = "none", None, None
+        self._write_rows = self._write_cols = self._write_slots = self._write_pos = None
+        self._read_slots, self._read_range = None, None
 
     # the transformers Cache surface used by attention layers ---------------------------
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
@@ -197,6 +232,8 @@ class SlotKVCache:
             v_layer[index, :, self._positions] = value_states[:, :, 0]
             n = self._attn_len
             return k_layer[:rows, :, :n], v_layer[:rows, :, :n]
+        if self._mode == "extend_batch":
+            return self._update_extend_batch(k_layer, v_layer, key_states, value_states)
         if self._mode == "extend":
             end = self._start + key_states.shape[2]
             k_layer[self._slot, :, self._start:end] = key_states[0]
@@ -204,6 +241,20 @@ class SlotKVCache:
             return k_layer[self._slot:self._slot + 1, :, :end], v_layer[
                 self._slot:self._slot + 1, :, :end]
         raise RuntimeError("SlotKVCache.update called outside a planned forward pass")
+
+    def _update_extend_batch(self, k_layer: torch.Tensor, v_layer: torch.Tensor,
+                             key_states: torch.Tensor, value_states: torch.Tensor
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self._write_rows is not None and self._write_cols is not None
+        rows, cols = self._write_rows, self._write_cols
+        # [n, Hkv, t, D] -> the real tokens only, [N, Hkv, D]; written at (slot, :, position)
+        k_layer[self._write_slots, :, self._write_pos] = key_states.transpose(1, 2)[rows, cols]
+        v_layer[self._write_slots, :, self._write_pos] = value_states.transpose(1, 2)[rows, cols]
+        n = self._read_len
+        if self._read_range is not None:
+            first, count = self._read_range
+            return k_layer[first:first + count, :, :n], v_layer[first:first + count, :, :n]
+        return k_layer[self._read_slots, :, :n], v_layer[self._read_slots, :, :n]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0

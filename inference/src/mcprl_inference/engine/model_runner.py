@@ -66,6 +66,7 @@ class ModelRunner:
         self._pool: Any = None
         self._arange = torch.arange(0, device=device)
         self.graph_captures = 0
+        self.prefill_forwards = 0  # eager prefill passes (the engine's stats and tests count)
 
     # shapes ----------------------------------------------------------------------------
     @staticmethod
@@ -154,6 +155,7 @@ class ModelRunner:
         ids = ids.to(self.device, non_blocking=True)
         positions = torch.arange(t, device=self.device).unsqueeze(0).expand(len(prompts), t)
         self.cache.plan_prefill(torch.tensor(slots, dtype=torch.long, device=self.device))
+        self.prefill_forwards += 1
         try:
             hidden = self._hidden(ids, positions, None)
         finally:
@@ -174,11 +176,50 @@ class ModelRunner:
         keys = torch.arange(len(prompt), device=self.device)
         mask = (keys[None, :] <= positions[0, :, None])[None, None]  # [1, 1, t, start + t]
         self.cache.plan_extend(slot, start)
+        self.prefill_forwards += 1
         try:
             hidden = self._hidden(ids, positions, mask)
         finally:
             self.cache.clear_plan()
         return self.lm_head(hidden[:, t - 1]).float()
+
+    def prefill_extend_batch(self, prompts: Sequence[Sequence[int]], slots: Sequence[int],
+                             prefixes: Sequence[Sequence[torch.Tensor]]) -> torch.Tensor:
+        """:meth:`prefill_extend` for several prompts in one forward pass (an agent's next
+        turns arrive together: a long cached start and a short rest each, so one pass per
+        prompt left the GPU idle); logits ``[n, V]`` after each prompt's last token.
+
+        The rests are right-padded to the longest. Row ``i``'s queries sit at positions
+        ``start_i..`` and read their own slot through a 4D boolean mask (a tensor, never a
+        dict: see :meth:`_hidden`); a padded query repeats the row's last position, so it
+        stays inside the rotary table and attends only to keys that exist. Its output is
+        dropped, and the cache plan never writes it."""
+
+        if len(prompts) == 1:
+            return self.prefill_extend(list(prompts[0]), slots[0], prefixes[0])
+        starts = [self.cache.write_prefix(slot, blocks)
+                  for slot, blocks in zip(slots, prefixes, strict=True)]
+        lengths = [len(p) - s for p, s in zip(prompts, starts, strict=True)]
+        n, t = len(prompts), max(lengths)
+        ids = torch.zeros(n, t, dtype=torch.long)
+        for i, (p, s) in enumerate(zip(prompts, starts, strict=True)):
+            ids[i, : len(p) - s] = torch.tensor(p[s:], dtype=torch.long)
+        ids = ids.to(self.device, non_blocking=True)
+        start = torch.tensor(starts, dtype=torch.long, device=self.device)
+        last = torch.tensor([m - 1 for m in lengths], dtype=torch.long, device=self.device)
+        steps = torch.arange(t, device=self.device)
+        positions = start[:, None] + torch.minimum(steps[None, :], last[:, None])  # [n, t]
+        keys = torch.arange(max(s + m for s, m in zip(starts, lengths, strict=True)),
+                            device=self.device)
+        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [n, 1, t, L]
+        self.cache.plan_extend_batch(slots, starts, lengths)
+        self.prefill_forwards += 1
+        try:
+            hidden = self._hidden(ids, positions, mask)
+        finally:
+            self.cache.clear_plan()
+        h = hidden[torch.arange(n, device=self.device), last]
+        return self.lm_head(h).float()
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         attn_len: int) -> torch.Tensor:

@@ -90,19 +90,34 @@ class PrefixCache:
             return None
         if not again:
             self.query_tokens += len(prompt)
-        found: list[torch.Tensor] = []
+        found = self._match(adapter, prompt)
+        if not found:
+            return None
+        for key in found:
+            self._blocks.move_to_end(key)
+        tokens = len(found) * self.block_size
+        self.hit_tokens += tokens
+        return PrefixHit(tokens, tuple(self._blocks[key].kv for key in found))
+
+    def cached_len(self, adapter: Hashable, prompt: Sequence[int]) -> int:
+        """How many start tokens :meth:`lookup` would serve now, without counting a lookup
+        or touching the LRU order: the scheduler's estimate of a prompt's prefill work."""
+
+        if not self.enabled:
+            return 0
+        return len(self._match(adapter, prompt)) * self.block_size
+
+    def _match(self, adapter: Hashable, prompt: Sequence[int]) -> list[int]:
+        """Keys of the cached blocks that start ``prompt``, leaving its last token out."""
+
+        found: list[int] = []
         for key, parent, block in self._chain(adapter, prompt,
                                               (len(prompt) - 1) // self.block_size):
             entry = self._blocks.get(key)
             if entry is None or entry.tokens != block or entry.parent != parent:
                 break
-            self._blocks.move_to_end(key)
-            found.append(entry.kv)
-        if not found:
-            return None
-        tokens = len(found) * self.block_size
-        self.hit_tokens += tokens
-        return PrefixHit(tokens, tuple(found))
+            found.append(key)
+        return found
 
     def store(self, adapter: Hashable, tokens: Sequence[int], kv: torch.Tensor) -> int:
         """Keep the full blocks of ``tokens`` whose KV is ``kv`` ``[layers, 2, kv_heads, >=len,

@@ -77,7 +77,13 @@ class EngineStats:
     decode_tokens: int = 0
     max_decode_batch: int = 0
     prefill_batches: int = 0
+    prefill_forwards: int = 0
+    """Eager prefill forward passes (full, extend and batched extend): a prompt equal to
+    another of its admission, or a cached start batched with others, adds none."""
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    """Prompt tokens served without a forward pass: prefix-cache hits and copies of an
+    equal prompt of the same admission (the sum of the requests' ``cached_tokens``)."""
     generated_tokens: int = 0
     decode_time_s: float = 0.0
     prefill_time_s: float = 0.0
