@@ -48,6 +48,7 @@ RUN = "rl-step"
 ENGINE_COUNTERS = {
     "mcprl_inference_prefill_seconds_total": "prefill_s",
     "mcprl_inference_prefill_batches_total": "prefill_batches",
+    "mcprl_inference_prefill_forwards_total": "prefill_forwards",
     "mcprl_inference_decode_seconds_total": "decode_s",
     "mcprl_inference_decode_steps_total": "decode_steps",
     "mcprl_inference_decode_tokens_total": "decode_tokens",
@@ -156,7 +157,8 @@ def engine_median(rows: list[dict[str, Any]], warmup: int) -> dict[str, float]:
 
 
 def _engine_line(e: dict[str, float | int]) -> str:
-    return (f"engine: prefill {e['prefill_s']:.2f}s/{e['prefill_batches']} batches, "
+    return (f"engine: prefill {e['prefill_s']:.2f}s/{e['prefill_batches']} batches/"
+            f"{e['prefill_forwards']} forwards, "
             f"decode {e['decode_s']:.2f}s/{e['decode_steps']} steps/{e['decode_tokens']} tok "
             f"(forward {e['decode_forward_s']:.2f}s, sample {e['sample_s']:.2f}s), "
             f"other {e['rollout_other_s']:.2f}s, graph captures {e['graph_captures']}")

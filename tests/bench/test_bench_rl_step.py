@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HAS_TRL = importlib.util.find_spec("trl") is not None
 OURS_PHASES = {"rollout", "reward", "update", "checkpoint", "publish"}
 TRL_PHASES = {"generate", "score", "train"}
-ENGINE_KEYS = {"prefill_s", "prefill_batches", "decode_s", "decode_steps", "decode_tokens",
-               "graph_captures", "decode_forward_s", "sample_s", "rollout_other_s"}
+ENGINE_KEYS = {"prefill_s", "prefill_batches", "prefill_forwards", "decode_s", "decode_steps",
+               "decode_tokens", "graph_captures", "decode_forward_s", "sample_s", "rollout_other_s"}
 
 
 def _bench(tmp_path: Path, *args: str) -> dict:
@@ -42,6 +42,9 @@ def _check_engine(ours: dict, work: dict) -> None:
         engine = step["engine"]
         assert set(engine) == ENGINE_KEYS
         assert engine["prefill_batches"] >= 1 and engine["decode_steps"] > 0
+        # the group's equal prompts share one prefill: at most one forward per distinct prompt
+        # and turn, well under one per request
+        assert 1 <= engine["prefill_forwards"] < requests
         # each request's first token comes from its prefill, every other one from a decode step
         assert engine["decode_tokens"] == step["sampled_tokens"] - requests
         assert engine["decode_steps"] <= engine["decode_tokens"]

@@ -8,6 +8,7 @@ import pytest
 
 ENGINE_COUNTERS = (
     "mcprl_inference_prefill_seconds_total", "mcprl_inference_prefill_batches_total",
+    "mcprl_inference_prefill_forwards_total",
     "mcprl_inference_decode_seconds_total", "mcprl_inference_decode_steps_total",
     "mcprl_inference_decode_tokens_total", "mcprl_inference_cuda_graph_captures_total",
     "mcprl_inference_decode_forward_seconds_total", "mcprl_inference_sample_seconds_total",
@@ -28,6 +29,7 @@ def test_engine_counters_move_with_a_request(server) -> None:
     generated = server.metric("vllm:generation_tokens_total") - generated_before
     assert generated == requests * max_tokens
     assert delta["mcprl_inference_prefill_batches_total"] >= 1
+    assert delta["mcprl_inference_prefill_forwards_total"] >= 1
     assert delta["mcprl_inference_prefill_seconds_total"] > 0
     assert delta["mcprl_inference_decode_steps_total"] > 0
     assert delta["mcprl_inference_decode_seconds_total"] > 0

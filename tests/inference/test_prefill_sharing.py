@@ -159,3 +159,47 @@ def test_extend_passes_stay_within_max_prefill_tokens(tiny_test_model: Path) -> 
     assert all(o.cached_tokens == 64 for o in outs)
     assert eng.stats.prefill_batches - before[0] == 1  # 60 + 3 x 9 uncached tokens: one round
     assert eng.stats.prefill_forwards - before[1] == 2  # the three short rests; the long one
+
+
+class _SubmitWhileDecoding:
+    """An engine observer that queues one more request from the engine's own thread at the
+    end of the first step that left sequences running: a later admission, certainly while
+    the first request still decodes (no timing involved)."""
+
+    def __init__(self, prompt: list[int], params: SamplingParams) -> None:
+        self.prompt, self.params = prompt, params
+        self.engine: LLMEngine | None = None
+        self.future: Any = None
+
+    def on_step(self, running: int, waiting: int, decode_batch: int) -> None:
+        if self.future is None and running and self.engine is not None:
+            self.future = self.engine.add_request(self.prompt, self.params)
+
+    def on_request_done(self, output: RequestOutput, adapter: str | None) -> None:
+        pass
+
+
+def test_a_copy_admitted_later_finds_the_prompt_cached_while_the_first_decodes(
+        tiny_test_model: Path) -> None:
+    """The rollouts of one task reach the engine over HTTP a few at a time: a copy of a prompt
+    that is still decoding finds its full blocks in the cache (stored at prefill, not when the
+    sequence ends) and runs only the last partial block, with a cold prefill's log-probs."""
+
+    task = [*SYSTEM, 501, 502, 503]  # 73 tokens: 4 full blocks of 16 and 9 more
+    observer = _SubmitWhileDecoding(task, _params(1))
+    eng = LLMEngine.from_pretrained(str(tiny_test_model), _config(), observer=observer)
+    observer.engine = eng
+    try:
+        first = _alone(eng, [(task, _params(0, max_tokens=24))])[0]
+        second = observer.future.result(60)
+    finally:
+        eng.shutdown()
+    ref = LLMEngine.from_pretrained(str(tiny_test_model), _config(enable_prefix_caching=False))
+    try:
+        want = _alone(ref, [(task, _params(0, max_tokens=24)), (task, _params(1))])
+    finally:
+        ref.shutdown()
+    assert eng.stats.prefill_batches == 2  # two admissions: the copy was not admitted with it
+    assert second.cached_tokens == 64  # before: 0, the first was cached only once it ended
+    assert first.cached_tokens == 0
+    _assert_same([first, second], want)

@@ -135,8 +135,11 @@ class _EngineStatsCollector:
     COUNTERS = (
         ("mcprl_inference_prefill_seconds", "Host wall time of prefill batches.",
          lambda e: e.stats.prefill_time_s),
-        ("mcprl_inference_prefill_batches", "Prefill batches (one forward pass each).",
+        ("mcprl_inference_prefill_batches", "Prefill batches (requests admitted together).",
          lambda e: e.stats.prefill_batches),
+        ("mcprl_inference_prefill_forwards", "Prefill forward passes: a batch runs its cold "
+         "prompts in one, its cached starts' rests in one or more, and none for a prompt "
+         "equal to another of the batch.", lambda e: e.stats.prefill_forwards),
         ("mcprl_inference_decode_seconds", "Host wall time of decode steps.",
          lambda e: e.stats.decode_time_s),
         ("mcprl_inference_decode_steps", "Decode steps (one token for every running sequence).",

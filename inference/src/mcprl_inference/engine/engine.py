@@ -531,7 +531,10 @@ class LLMEngine:
 
         Prompts admitted together that share an uncached start (a burst of rollouts with one
         system prompt) would each prefill it: one of them, the leader, runs first and leaves
-        its prompt in the cache, so the others find their shared start there."""
+        its prompt in the cache, so the others find their shared start there. Every cold
+        prompt is stored as soon as it is prefilled, as in vLLM, not only when its sequence
+        ends: the rollouts of one task arrive over HTTP a few at a time, so a later
+        admission's copies of a prompt find it there and run only its last partial block."""
 
         adapter = self.lora.key(self._group)
         cache = self.prefix_cache
@@ -544,10 +547,12 @@ class LLMEngine:
             out = self.runner.prefill([requests[i].prompt_ids for i in leaders],
                                       [slots[i] for i in leaders])
             rows.update({i: out[j:j + 1] for j, i in enumerate(leaders)})
+            if cache.enabled:
+                for i in leaders:
+                    prompt = requests[i].prompt_ids
+                    cache.store(adapter, prompt,
+                                self.runner.cache.slot_kv(slots[i], len(prompt)))
         if followers:
-            for i in leaders:
-                prompt = requests[i].prompt_ids
-                cache.store(adapter, prompt, self.runner.cache.slot_kv(slots[i], len(prompt)))
             for i in sorted(followers):
                 hit = cache.lookup(adapter, requests[i].prompt_ids, again=True)
                 if hit is None:  # evicted meanwhile (a tiny cache): a full prefill of its own
