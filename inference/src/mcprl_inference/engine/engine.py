@@ -33,7 +33,8 @@ from mcprl_inference.engine.config import EngineConfig
 from mcprl_inference.engine.loader import eos_token_ids, resolve_device, resolve_dtype
 from mcprl_inference.engine.lora import LoraError, LoraManager
 from mcprl_inference.engine.model_runner import ModelRunner
-from mcprl_inference.engine.prefix_cache import PrefixCache, PrefixHit
+from mcprl_inference.engine.prefill import PromptPrefiller
+from mcprl_inference.engine.prefix_cache import PrefixCache
 from mcprl_inference.engine.sampling import SamplingBatch, SamplingParams, sample, unpack_bitmask
 from mcprl_inference.engine.sequence import (
     EngineError,
@@ -81,6 +82,7 @@ class LLMEngine:
             16384 if self.device.type == "cuda" else 2048)
         self.kv_budget_tokens = self._kv_budget_bytes() // self.runner.cache.bytes_per_token
         self.prefix_cache = PrefixCache(self.config.prefix_block_size, self._prefix_tokens())
+        self.prefiller = PromptPrefiller(self.runner, self.prefix_cache, self.max_prefill_tokens)
         self.observer: EngineObserver = observer or NullObserver()
         self.stats = EngineStats()
         self._cv = threading.Condition()
@@ -411,7 +413,9 @@ class LLMEngine:
                 new_rows, new_len = rows + req.params.n, max(reserved, req.need_len)
                 if new_rows > self.config.max_batch_size or not self._fits(new_rows, new_len):
                     break
-                work = self._prefill_work(req, admitted_prompts)
+                # admission keeps one adapter per batch
+                work = self.prefiller.work(req.prompt_ids, self.lora.key(req.adapter),
+                                           admitted_prompts)
                 if admitted and tokens + work > self.max_prefill_tokens:
                     break
                 self._waiting.popleft()
@@ -422,16 +426,6 @@ class LLMEngine:
         if admitted:
             self._group = group
             self._prefill(admitted, rows, reserved)
-
-    def _prefill_work(self, req: EngineRequest, admitted: set[tuple[int, ...]]) -> int:
-        """Prompt tokens the request would run through the model: none for a copy of a
-        prompt admitted in this round (it shares that prefill), else its uncached rest (an
-        agent's next turn is mostly cached), so many such requests fill one prefill."""
-
-        if tuple(req.prompt_ids) in admitted:
-            return 0
-        key = self.lora.key(req.adapter)  # admission keeps one adapter per batch
-        return len(req.prompt_ids) - self.prefix_cache.cached_len(key, req.prompt_ids)
 
     def _make_resident(self, req: EngineRequest) -> bool:
         """Its adapter in memory (loaded again if ``max_loras`` evicted it); False, with the
@@ -463,7 +457,7 @@ class LLMEngine:
                 new_seqs.append(seq)
         self._running.extend(new_seqs)  # before the forward: a failure fails them too
         forwards = self.runner.prefill_forwards
-        logits = self._prefill_logits(requests, first_slots)
+        logits = self.prefiller.logits(requests, first_slots, self.lora.key(self._group))
         self.stats.prefill_forwards += self.runner.prefill_forwards - forwards
         expand: list[int] = []
         for i, req in enumerate(requests):
@@ -495,123 +489,6 @@ class LLMEngine:
         self._take(new_seqs, result.host)
         self._batch = None  # composition changed
         self._retire()
-
-    def _prefill_logits(self, requests: list[EngineRequest], slots: list[int]) -> torch.Tensor:
-        """Logits after each prompt, in as few forward passes as the prompts allow.
-
-        A prompt equal to an earlier one of the same admission (the rollouts of one task,
-        each sent as its own n=1 request) runs nothing: its slot gets that prompt's KV and its
-        row that prompt's logits, as the sequences of an n > 1 request do. Sampling stays per
-        sequence, with its own seed, so its tokens are those it would get alone."""
-
-        first: dict[tuple[int, ...], int] = {}
-        copies: dict[int, int] = {}  # request -> the earlier request of the same prompt
-        for i, req in enumerate(requests):
-            j = first.setdefault(tuple(req.prompt_ids), i)
-            if j != i:
-                copies[i] = j
-        rows = self._distinct_logits(requests, slots, [i for i in range(len(requests))
-                                                       if i not in copies])
-        for i, j in copies.items():
-            # into the copy's first slot now: _prefill then copies that slot to the other
-            # sequences of an n > 1 request, the copy's as well as the original's
-            self.runner.cache.move(slots[i], slots[j], len(requests[i].prompt_ids))
-            rows[i] = rows[j]
-            # what vLLM reports for a full prefix hit: all but the last token, which vLLM
-            # runs again for its logits (here the original's logits stand in for it); it
-            # keeps cached_tokens < prompt_tokens, as clients of vLLM expect
-            requests[i].cached_tokens = len(requests[i].prompt_ids) - 1
-        return torch.cat([rows[i] for i in range(len(requests))])
-
-    def _distinct_logits(self, requests: list[EngineRequest], slots: list[int],
-                         which: list[int]) -> dict[int, torch.Tensor]:
-        """Logits rows ``[1, V]`` of ``requests[i]`` for ``i`` in ``which`` (distinct
-        prompts): those with a cached start run only their rests, together (an agent's next
-        turns); the others are prefilled together.
-
-        Prompts admitted together that share an uncached start (a burst of rollouts with one
-        system prompt) would each prefill it: one of them, the leader, runs first and leaves
-        its prompt in the cache, so the others find their shared start there. Every cold
-        prompt is stored as soon as it is prefilled, as in vLLM, not only when its sequence
-        ends: the rollouts of one task arrive over HTTP a few at a time, so a later
-        admission's copies of a prompt find it there and run only its last partial block."""
-
-        adapter = self.lora.key(self._group)
-        cache = self.prefix_cache
-        hits = {i: cache.lookup(adapter, requests[i].prompt_ids) for i in which}
-        rows: dict[int, torch.Tensor] = {}
-        misses = [i for i, hit in hits.items() if hit is None]
-        followers = self._followers(requests, misses) if cache.enabled else set()
-        leaders = [i for i in misses if i not in followers]
-        if leaders:
-            out = self.runner.prefill([requests[i].prompt_ids for i in leaders],
-                                      [slots[i] for i in leaders])
-            rows.update({i: out[j:j + 1] for j, i in enumerate(leaders)})
-            if cache.enabled:
-                for i in leaders:
-                    prompt = requests[i].prompt_ids
-                    cache.store(adapter, prompt,
-                                self.runner.cache.slot_kv(slots[i], len(prompt)))
-        if followers:
-            for i in sorted(followers):
-                hit = cache.lookup(adapter, requests[i].prompt_ids, again=True)
-                if hit is None:  # evicted meanwhile (a tiny cache): a full prefill of its own
-                    rows[i] = self.runner.prefill([requests[i].prompt_ids], [slots[i]])
-                hits[i] = hit
-        found = {i: hit for i, hit in hits.items() if hit is not None}
-        for i, hit in found.items():
-            requests[i].cached_tokens = hit.tokens
-        for chunk in self._extend_chunks(requests, found):
-            out = self.runner.prefill_extend_batch(
-                [requests[i].prompt_ids for i in chunk], [slots[i] for i in chunk],
-                [found[i].blocks for i in chunk])
-            rows.update({i: out[j:j + 1] for j, i in enumerate(chunk)})
-        return rows
-
-    def _extend_chunks(self, requests: list[EngineRequest], hits: dict[int, PrefixHit]
-                       ) -> list[list[int]]:
-        """The prompts with a cached start, grouped into forward passes: shortest rests
-        first, as many per pass as keep rows x longest rest (the padded shape the pass
-        really runs) within ``max_prefill_tokens``; one long rest never pads many short."""
-
-        rest = {i: len(requests[i].prompt_ids) - hit.tokens for i, hit in hits.items()}
-        chunks: list[list[int]] = []
-        for i in sorted(rest, key=lambda i: (rest[i], i)):
-            if chunks and (len(chunks[-1]) + 1) * rest[i] <= self.max_prefill_tokens:
-                chunks[-1].append(i)
-            else:
-                chunks.append([i])
-        return chunks
-
-    def _followers(self, requests: list[EngineRequest], misses: list[int]) -> set[int]:
-        """The misses whose first cache block another, earlier miss also starts with."""
-
-        bs = self.prefix_cache.block_size
-        seen: set[tuple[int, ...]] = set()
-        followers: set[int] = set()
-        for i in misses:
-            prompt = requests[i].prompt_ids
-            if len(prompt) <= bs:  # no full block would be served from the cache
-                continue
-            first = tuple(prompt[:bs])
-            if first in seen:
-                followers.add(i)
-            seen.add(first)
-        return followers
-
-    def _remember(self, finished: list[SequenceState]) -> None:
-        """Keep the KV of finished sequences for later prompts (before their slots are
-        reused): every position but the last sampled token, which was never run."""
-
-        if not self.prefix_cache.enabled:
-            return
-        adapter = self.lora.key(self._group)
-        for seq in finished:
-            if seq.finish_reason == "abort" or seq.slot < 0:
-                continue
-            tokens = [*seq.request.prompt_ids, *seq.output_ids][: seq.total_len - 1]
-            self.prefix_cache.store(adapter, tokens,
-                                    self.runner.cache.slot_kv(seq.slot, len(tokens)))
 
     def _ensure_penalty_state(self) -> None:
         rows = max(self.runner.cache.rows, 1)
@@ -732,7 +609,7 @@ class LLMEngine:
         finished = [s for s in self._running if s.finish_reason is not None]
         if not finished:
             return
-        self._remember(finished)
+        self.prefiller.remember(finished, self.lora.key(self._group))
         alive = [s for s in self._running if s.finish_reason is None]
         n = len(alive)
         holes = sorted(s.slot for s in finished if s.slot < n)
