@@ -203,3 +203,27 @@ def test_a_copy_admitted_later_finds_the_prompt_cached_while_the_first_decodes(
     assert second.cached_tokens == 64  # before: 0, the first was cached only once it ended
     assert first.cached_tokens == 0
     _assert_same([first, second], want)
+
+
+def test_cold_prompts_run_in_passes_whose_padded_shape_stays_within_the_budget(
+        tiny_test_model: Path) -> None:
+    """Admission bounds the sum of the prompts' lengths (120 <= 128 here: one round); a pass
+    runs them right-padded to the longest (3 x 100), so the long one goes alone and the
+    short ones together, with the outputs each gets alone."""
+
+    prompts = [[*SYSTEM, *range(600, 630)], [5, *range(700, 709)], [6, *range(800, 809)]]
+    requests = [(p, _params(i)) for i, p in enumerate(prompts)]
+    eng = LLMEngine.from_pretrained(str(tiny_test_model), _config(max_prefill_tokens=128))
+    try:
+        got = _together(eng, requests)
+    finally:
+        eng.shutdown()
+    ref = LLMEngine.from_pretrained(str(tiny_test_model), _config(enable_prefix_caching=False))
+    try:
+        want = _alone(ref, requests)
+    finally:
+        ref.shutdown()
+    assert [len(p) for p in prompts] == [100, 10, 10]
+    assert eng.stats.prefill_batches == 1  # one admission
+    assert eng.stats.prefill_forwards == 2  # [10, 10] then [100]; before: one 3 x 100 pass
+    _assert_same(got, want)

@@ -9,7 +9,8 @@ result. So the engine's prefill, given the requests admitted together and their 
 - serves each prompt's longest cached start from the :class:`PrefixCache` and runs the rests
   of all such prompts together, in as few right-padded passes as ``max_prefill_tokens``
   allows;
-- prefills the other prompts together, and stores each in the cache at once, as vLLM does:
+- prefills the other prompts together (in passes that keep their padded shape within
+  ``max_prefill_tokens``), and stores each in the cache at once, as vLLM does:
   copies of it that arrive a little later (over HTTP, a few at a time) find it there, and so
   do prompts admitted with it that share its start (the followers, run after it).
 
@@ -24,7 +25,7 @@ from typing import Any
 
 import torch
 
-from mcprl_inference.engine.prefix_cache import PrefixCache, PrefixHit
+from mcprl_inference.engine.prefix_cache import PrefixCache
 from mcprl_inference.engine.sequence import EngineRequest, SequenceState
 
 
@@ -94,9 +95,10 @@ class PromptPrefiller:
         followers = self._followers(requests, misses) if cache.enabled else set()
         leaders = [i for i in misses if i not in followers]
         if leaders:
-            out = self.runner.prefill([requests[i].prompt_ids for i in leaders],
-                                      [slots[i] for i in leaders])
-            rows.update({i: out[j:j + 1] for j, i in enumerate(leaders)})
+            for chunk in self._padded_chunks({i: len(requests[i].prompt_ids) for i in leaders}):
+                out = self.runner.prefill([requests[i].prompt_ids for i in chunk],
+                                          [slots[i] for i in chunk])
+                rows.update({i: out[j:j + 1] for j, i in enumerate(chunk)})
             if cache.enabled:
                 for i in leaders:
                     prompt = requests[i].prompt_ids
@@ -110,23 +112,24 @@ class PromptPrefiller:
         found = {i: hit for i, hit in hits.items() if hit is not None}
         for i, hit in found.items():
             requests[i].cached_tokens = hit.tokens
-        for chunk in self._extend_chunks(requests, found):
+        rests = {i: len(requests[i].prompt_ids) - hit.tokens for i, hit in found.items()}
+        for chunk in self._padded_chunks(rests):
             out = self.runner.prefill_extend_batch(
                 [requests[i].prompt_ids for i in chunk], [slots[i] for i in chunk],
                 [found[i].blocks for i in chunk])
             rows.update({i: out[j:j + 1] for j, i in enumerate(chunk)})
         return rows
 
-    def _extend_chunks(self, requests: list[EngineRequest], hits: dict[int, PrefixHit]
-                       ) -> list[list[int]]:
-        """The prompts with a cached start, grouped into forward passes: shortest rests
-        first, as many per pass as keep rows x longest rest (the padded shape the pass
-        really runs) within ``max_prefill_tokens``; one long rest never pads many short."""
+    def _padded_chunks(self, lengths: dict[int, int]) -> list[list[int]]:
+        """Prompts (or the uncached rests of prompts) grouped into forward passes: shortest
+        first, as many per pass as keep rows x longest (the right-padded shape the pass
+        really runs) within ``max_prefill_tokens``. Admission bounds the sum of the lengths;
+        this bounds what padding makes of it, so one long prompt never pads many short ones
+        into an activation the size of their count times its length."""
 
-        rest = {i: len(requests[i].prompt_ids) - hit.tokens for i, hit in hits.items()}
         chunks: list[list[int]] = []
-        for i in sorted(rest, key=lambda i: (rest[i], i)):
-            if chunks and (len(chunks[-1]) + 1) * rest[i] <= self.max_prefill_tokens:
+        for i in sorted(lengths, key=lambda i: (lengths[i], i)):
+            if chunks and (len(chunks[-1]) + 1) * lengths[i] <= self.max_prefill_tokens:
                 chunks[-1].append(i)
             else:
                 chunks.append([i])
