@@ -73,6 +73,16 @@ def _alone(eng: LLMEngine, requests: list[tuple[list[int], SamplingParams]]
     return [eng.add_request(p, params).result(60) for p, params in requests]
 
 
+def _run(eng: LLMEngine, submit: Callable[..., list[RequestOutput]],
+         requests: list[tuple[list[int], SamplingParams]]) -> list[RequestOutput]:
+    """``submit(eng, requests)``, then the engine shut down (its stats stay readable)."""
+
+    try:
+        return submit(eng, requests)
+    finally:
+        eng.shutdown()
+
+
 def _assert_same(got: list[RequestOutput], want: list[RequestOutput]) -> None:
     for g, w in zip(got, want, strict=True):
         assert len(g.outputs) == len(w.outputs)
@@ -93,15 +103,9 @@ def test_equal_prompts_admitted_together_prefill_once(tiny_test_model: Path, cac
                 (task, _params(3, n=2)), (task, _params(4))]
     make = _engines("qwen2", tiny_test_model)
     eng = make(enable_prefix_caching=cache)
-    try:
-        got = _together(eng, requests)
-    finally:
-        eng.shutdown()
+    got = _run(eng, _together, requests)
     ref = make(enable_prefix_caching=False)
-    try:
-        want = _alone(ref, requests)
-    finally:
-        ref.shutdown()
+    want = _run(ref, _alone, requests)
     _assert_same(got, want)
     assert eng.stats.prefill_batches == 1
     assert eng.stats.prefill_forwards == 1  # before: the copies ran as followers, one each
@@ -134,10 +138,7 @@ def test_cached_starts_run_their_rests_in_one_pass(tiny_test_model: Path, arch: 
     finally:
         eng.shutdown()
     ref = make(enable_prefix_caching=False)
-    try:
-        want = _together(ref, requests)
-    finally:
-        ref.shutdown()
+    want = _run(ref, _together, requests)
     assert [o.cached_tokens for o in got] == [32, 0, 64, 96, len(turns[1]) - 1]
     assert eng.stats.prefill_forwards - forwards == 2  # before: 1 + one per cached start
     _assert_same(got, want)
@@ -195,10 +196,7 @@ def test_a_copy_admitted_later_finds_the_prompt_cached_while_the_first_decodes(
     finally:
         eng.shutdown()
     ref = LLMEngine.from_pretrained(str(tiny_test_model), _config(enable_prefix_caching=False))
-    try:
-        want = _alone(ref, [(task, _params(0, max_tokens=24)), (task, _params(1))])
-    finally:
-        ref.shutdown()
+    want = _run(ref, _alone, [(task, _params(0, max_tokens=24)), (task, _params(1))])
     assert eng.stats.prefill_batches == 2  # two admissions: the copy was not admitted with it
     assert second.cached_tokens == 64  # before: 0, the first was cached only once it ended
     assert first.cached_tokens == 0
@@ -214,15 +212,9 @@ def test_cold_prompts_run_in_passes_whose_padded_shape_stays_within_the_budget(
     prompts = [[*SYSTEM, *range(600, 630)], [5, *range(700, 709)], [6, *range(800, 809)]]
     requests = [(p, _params(i)) for i, p in enumerate(prompts)]
     eng = LLMEngine.from_pretrained(str(tiny_test_model), _config(max_prefill_tokens=128))
-    try:
-        got = _together(eng, requests)
-    finally:
-        eng.shutdown()
+    got = _run(eng, _together, requests)
     ref = LLMEngine.from_pretrained(str(tiny_test_model), _config(enable_prefix_caching=False))
-    try:
-        want = _alone(ref, requests)
-    finally:
-        ref.shutdown()
+    want = _run(ref, _alone, requests)
     assert [len(p) for p in prompts] == [100, 10, 10]
     assert eng.stats.prefill_batches == 1  # one admission
     assert eng.stats.prefill_forwards == 2  # [10, 10] then [100]; before: one 3 x 100 pass
