@@ -81,6 +81,33 @@ def test_busy_port_is_reported_before_anything_starts(tmp_path: Path) -> None:
     assert not (tmp_path / "logs" / "mcp-server.log").exists()
 
 
+def test_an_auto_assigned_port_found_busy_is_drawn_again() -> None:
+    """Six stacks starting at once: the OS's free port can be taken (by another process's
+    outgoing connection) before the stack checks it. A drawn port is drawn again; a busy one
+    or one this stack already uses is never returned."""
+
+    from mcprl_common.process import free_port
+    from mcprl_stack.local_stack import pick_free_port
+
+    with socket.socket() as busy, socket.socket() as mine:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        mine.bind(("127.0.0.1", 0))
+        draws = iter([busy.getsockname()[1], mine.getsockname()[1]])
+        taken = {mine.getsockname()[1]}
+
+        def probe(host: str) -> int:
+            return next(draws, None) or free_port(host)
+
+        port = pick_free_port("127.0.0.1", taken, probe=probe)
+        assert port not in (busy.getsockname()[1], mine.getsockname()[1])
+        with socket.socket() as check:
+            check.bind(("127.0.0.1", port))  # really free
+        with pytest.raises(StackError, match="no free port"):
+            pick_free_port("127.0.0.1", taken, probe=lambda host: busy.getsockname()[1],
+                           attempts=3)
+
+
 def test_services_run_without_console_scripts(tmp_path: Path, monkeypatch) -> None:
     """A box with the sources on PYTHONPATH but nothing installed (the GPU image): the stack
     falls back to ``python -m <package>``, and names what is missing when that fails too."""

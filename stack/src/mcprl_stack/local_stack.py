@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +65,22 @@ def _port_busy(host: str, port: int) -> bool:
     return False
 
 
+def pick_free_port(host: str, taken: set[int], probe: Callable[[str], int] = free_port,
+                   attempts: int = 20) -> int:
+    """A port the OS calls free, not yet ``taken`` by this stack and not busy a moment later.
+
+    An ephemeral port can be handed to another process's outgoing connection between the
+    OS's answer and our check (six learning-run stacks starting at once hit this), so an
+    auto-assigned port is drawn again; only a configured port that is busy is an error.
+    """
+
+    for _ in range(attempts):
+        port = probe(host)
+        if port not in taken and not _port_busy(host, port):
+            return port
+    raise StackError(f"no free port on {host} after {attempts} draws")
+
+
 def log_tail(path: Path, lines: int = 30) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -96,7 +113,7 @@ class LocalStack:
         host = self.config.host
         for level in self._order:
             for name in level:
-                port = self.config.port_of(name) or free_port(host)
+                port = self.config.port_of(name) or pick_free_port(host, set(self.ports.values()))
                 if _port_busy(host, port):
                     spec = SERVICES[name]
                     raise StackError(
