@@ -54,6 +54,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--micro-batch-tokens", type=int, default=None,
                    help="our update's padded tokens per micro-batch (default: 32768 on 3b, "
                         "as configs/qwen2.5-3b.yaml; 4096 on tiny)")
+    p.add_argument("--gradient-checkpointing", choices=["on", "off"], default=None,
+                   help="override the workload's (the anchor's: on at 3b); off trades memory "
+                        "for the recomputed forward (pair it with --micro-batch-tokens)")
+    p.add_argument("--shared-prefix", action="store_true",
+                   help="our update runs the prompt a micro-batch's rows share once (needs "
+                        "--gradient-checkpointing off; a group per micro-batch: 8 x 768 = 6144)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads, of this process and the engine's")
     p.add_argument("--workdir", type=Path, default=None,
@@ -118,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     work = workload_for(args.shape, args.variant, prompts=args.prompts, rollouts=args.rollouts,
-                        prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
+                        prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
+                        gradient_checkpointing=None if args.gradient_checkpointing is None
+                        else args.gradient_checkpointing == "on",
+                        shared_prefix=args.shared_prefix or None)
     micro = args.micro_batch_tokens or (32768 if args.shape == "3b" else 4096)
     tmp = tempfile.TemporaryDirectory(prefix="rl-step-") if args.workdir is None else None
     workdir = Path(tmp.name) if tmp is not None else args.workdir

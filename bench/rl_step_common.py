@@ -43,6 +43,7 @@ class Workload:
     lora_alpha: int = 16
     lr: float = 1e-5
     gradient_checkpointing: bool = True
+    shared_prefix: bool = False  # ours: a micro-batch's common prompt runs once (exact grads)
     seed: int = 0
 
     @property

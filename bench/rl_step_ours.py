@@ -108,7 +108,7 @@ def run_config(work: Workload, model_dir: Path, engine_url: str, out: Path, devi
         "scenarios": {"dir": str(out), "set_id": "random-prompts"},
         "lora": {"r": work.lora_r, "alpha": work.lora_alpha, "target_modules": "all-linear"},
         "train": {"lr": work.lr, "device": device, "skip_zero_variance": False,
-                  "micro_batch_tokens": micro_batch_tokens,
+                  "micro_batch_tokens": micro_batch_tokens, "shared_prefix": work.shared_prefix,
                   "gradient_checkpointing": work.gradient_checkpointing},
         "eval": {"every": 0}, "status": {"enabled": False},
     })
