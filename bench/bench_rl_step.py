@@ -60,6 +60,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shared-prefix", action="store_true",
                    help="our update runs the prompt a micro-batch's rows share once (needs "
                         "--gradient-checkpointing off; a group per micro-batch: 8 x 768 = 6144)")
+    p.add_argument("--sync-checkpoint", action="store_true",
+                   help="our step writes the whole checkpoint before publishing "
+                        "(background_checkpoints: false; the default writes the adapter, "
+                        "then the rest in the background)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads, of this process and the engine's")
     p.add_argument("--workdir", type=Path, default=None,
@@ -139,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         result["setup"]["model_build_seconds"] = round(time.perf_counter() - t0, 1)
         if args.only in ("ours", "both"):
             result["ours"] = run_ours(work, model_dir, device, args.steps, args.warmup, micro,
-                                      workdir / "ours")
+                                      workdir / "ours",
+                                      background_checkpoints=not args.sync_checkpoint)
             write(result, args.out)
         if args.only in ("trl", "both"):
             if trl_available():

@@ -10,7 +10,10 @@ as in a deployment. Each step, in the trainer's order (mcprl_trainer.trainer):
 2. ``reward``: the bench's reward on each rollout's sampled ids, then the trainer's
    :func:`~mcprl_trainer.batch.build_step_batch` (group advantages, flattened token records);
 3. ``update``: :meth:`~mcprl_trainer.update_group.UpdateGroup.step` (the GRPO loss, LoRA);
-4. ``checkpoint``: :func:`~mcprl_trainer.checkpoint.save_checkpoint` (adapter + optimizer);
+4. ``checkpoint``: :meth:`~mcprl_trainer.checkpoint_writer.CheckpointWriter.save`, as the
+   trainer calls it: with ``background_checkpoints`` (the default) the phase is the adapter
+   alone (and any wait for the previous write); ``checkpoint_background_s`` beside it is that
+   step's optimizer/RNG/state write in the writer thread, off the step's wall time;
 5. ``publish``: :meth:`AdapterPublisher.publish`: the engine loads the adapter and lists it;
    the next step's rollouts sample from it.
 
@@ -98,7 +101,7 @@ def start_engine(work: Workload, model_dir: Path, device: str,
 
 
 def run_config(work: Workload, model_dir: Path, engine_url: str, out: Path, device: str,
-               micro_batch_tokens: int) -> Any:
+               micro_batch_tokens: int, background_checkpoints: bool = True) -> Any:
     from mcprl_trainer.config import RunConfig
 
     return RunConfig.model_validate({
@@ -111,6 +114,7 @@ def run_config(work: Workload, model_dir: Path, engine_url: str, out: Path, devi
                   "micro_batch_tokens": micro_batch_tokens, "shared_prefix": work.shared_prefix,
                   "gradient_checkpointing": work.gradient_checkpointing},
         "eval": {"every": 0}, "status": {"enabled": False},
+        "background_checkpoints": background_checkpoints,
     })
 
 
@@ -211,7 +215,7 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
     import torch
 
     from mcprl_trainer.batch import build_step_batch
-    from mcprl_trainer.checkpoint import save_checkpoint
+    from mcprl_trainer.checkpoint_writer import CheckpointWriter
     from mcprl_trainer.engines import EnginePool
     from mcprl_trainer.groups import GroupBatch
     from mcprl_trainer.modeling import load_tokenizer
@@ -226,6 +230,7 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
     pool = EnginePool.from_urls(config.policy.engine_urls, timeout_s=config.policy.timeout_s)
     publisher = AdapterPublisher(pool, config, RetryWindow(window_s=30.0))
     model = config.served_base
+    writer = CheckpointWriter(config.run_dir, background=config.background_checkpoints)
     http = httpx.AsyncClient(timeout=30.0)
     steps: list[dict[str, Any]] = []
     try:
@@ -254,8 +259,7 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
             with timed(phases, "update", device):
                 metrics = group.step(step_batch.samples)
             with timed(phases, "checkpoint", device):
-                ckpt = save_checkpoint(config.run_dir, step, group, group.trainer_state(),
-                                       {"history": []})
+                ckpt = writer.save(step, group, group.trainer_state(), {"history": []})
             with timed(phases, "publish", device):
                 model = await publisher.publish(ckpt.path, version=step)
             t1 = time.perf_counter()
@@ -272,7 +276,12 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
             steps.append(row)
             print(f"ours step {step}/{total}: {row['seconds']:.2f}s {row['phases']} "
                   f"{_engine_line(engine)}", file=sys.stderr, flush=True)
+        writer.close()  # the last write's time is known once it is done
+        for row in steps:
+            row["phases"]["checkpoint_background_s"] = round(
+                writer.write_seconds.get(row["step"], 0.0), 3)
     finally:
+        writer.close(raise_error=False)
         await http.aclose()
         await pool.aclose()
         group.close()
@@ -282,7 +291,8 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
 
 
 def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: int,
-             micro_batch_tokens: int, workdir: Path | None = None) -> dict[str, Any]:
+             micro_batch_tokens: int, workdir: Path | None = None,
+             background_checkpoints: bool = True) -> dict[str, Any]:
     """Start the engine, run ``warmup + steps`` steps, stop the engine; the side's JSON."""
 
     import torch
@@ -295,7 +305,8 @@ def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: i
     engine, url = start_engine(work, model_dir, device, out / "engine.log")
     engine_start_s = time.perf_counter() - started
     try:
-        config = run_config(work, model_dir, url, out, device, micro_batch_tokens)
+        config = run_config(work, model_dir, url, out, device, micro_batch_tokens,
+                            background_checkpoints)
         rows = asyncio.run(_steps(work, config, device, warmup + steps, warmup, monitor,
                                   url))
     except BaseException:
@@ -315,6 +326,7 @@ def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: i
                 "adapter publish, phase by phase",
         "engine_start_seconds": round(engine_start_s, 1),
         "micro_batch_tokens": micro_batch_tokens,
+        "background_checkpoints": background_checkpoints,
         "gpu_busy_source": monitor.source,
         "engine_median": engine_median(rows, warmup),
         "engine_profile": "INFERENCE_PROFILE on: each decode step syncs to time forward vs "

@@ -2,10 +2,11 @@
 engine loads), the optimizer/scheduler/RNG state and ``state.json`` (step, history).
 
 Written to a temporary directory and renamed into place, so a crash leaves either the
-previous checkpoint or the complete new one, never a half-written ``step-N``. ``state.json``
-is written last inside the temporary directory: a step directory without it is ignored.
-A full disk or a read-only volume raises :class:`CheckpointWriteError`, which names the
-checkpoint that is still intact (``--resume`` continues from it once there is room).
+previous checkpoint or the complete new one. ``state.json`` is written last: a step directory
+without it is ignored (a background save, :mod:`mcprl_trainer.checkpoint_writer`, renames the
+adapter into ``step-N`` first and adds the rest, ``state.json`` last, in place). A full disk
+or a read-only volume raises :class:`CheckpointWriteError`, which names the checkpoint that
+is still intact (``--resume`` continues from it once there is room).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import random
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,24 +88,62 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(run_dir: Path, step: int, model: Any, trainer_state: dict[str, Any],
-                    state: dict[str, Any]) -> Checkpoint:
-    """Save atomically; returns the final checkpoint (an older same-step one is replaced)."""
+def state_payload(step: int, state: dict[str, Any]) -> str:
+    """``state.json``'s text, taken when the save is asked for (the history grows later)."""
+
+    return json.dumps({**state, "step": step, "saved_at": time.time()}, indent=1)
+
+
+def temp_dir(root: Path, step: int) -> Path:
+    """A fresh name that :func:`clean_temporaries` removes after a crash."""
+
+    return root / f".tmp-step-{step}-{os.getpid()}-{time.time_ns()}"
+
+
+def os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind a failed write: ``exc`` itself, or what dcp's CheckpointException
+    (a BaseException) wraps, so a full disk under ``dcp/`` reads as one too."""
+
+    if isinstance(exc, OSError):
+        return exc
+    for failure in getattr(exc, "failures", {}).values():
+        inner = failure[0] if isinstance(failure, tuple) else failure
+        if isinstance(inner, OSError):
+            return inner
+    return None
+
+
+def write_error(run_dir: Path, step: int, exc: OSError) -> CheckpointWriteError:
+    """The error a failed write raises: it names the checkpoint that is still intact."""
+
+    intact = latest_checkpoint(run_dir)
+    return CheckpointWriteError(
+        exc.errno, f"cannot write checkpoint step-{step} in {checkpoints_dir(run_dir)}: "
+        f"{exc.strerror or exc}; the latest complete checkpoint is "
+        f"{intact.path.name if intact else 'none'} (--resume continues from it once "
+        "the volume has room and is writable)")
+
+
+def write_trainer_files(path: Path, trainer_state: dict[str, Any], payload: str) -> None:
+    """``trainer_state.pt`` (with the RNG), then ``state.json``, which completes ``path``."""
+
+    torch.save(trainer_state, path / TRAINER_STATE_FILE)
+    with open(path / STATE_FILE, "w") as fh:
+        fh.write(payload)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def replace_atomically(run_dir: Path, step: int, tmp: Path,
+                       write: Callable[[Path], None]) -> Checkpoint:
+    """``write`` fills ``tmp`` (which exists), then it becomes ``step-N``; an older same-step
+    checkpoint is put back if anything fails, and removed once the new one is in place."""
 
     root = checkpoints_dir(run_dir)
     final = root / f"step-{step}"
-    tmp = root / f".tmp-step-{step}-{os.getpid()}-{time.time_ns()}"
     old: Path | None = None
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
-        model.save_pretrained(str(tmp))
-        torch.save({**trainer_state, "rng": rng_state()}, tmp / TRAINER_STATE_FILE)
-        payload = json.dumps({**state, "step": step, "saved_at": time.time()}, indent=1)
-        with open(tmp / STATE_FILE, "w") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write(tmp)
         _fsync_dir(tmp)
         if final.exists():
             old = root / f".old-step-{step}-{time.time_ns()}"
@@ -114,17 +154,34 @@ def save_checkpoint(run_dir: Path, step: int, model: Any, trainer_state: dict[st
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not final.exists():
             os.rename(old, final)  # the replaced same-step checkpoint stays
-        if isinstance(exc, OSError) and not isinstance(exc, CheckpointWriteError):
-            intact = latest_checkpoint(run_dir)
-            raise CheckpointWriteError(
-                exc.errno, f"cannot write checkpoint step-{step} in {root}: "
-                f"{exc.strerror or exc}; the latest complete checkpoint is "
-                f"{intact.path.name if intact else 'none'} (--resume continues from it once "
-                "the volume has room and is writable)") from exc
+        cause = os_error(exc)
+        if cause is not None and not isinstance(exc, CheckpointWriteError):
+            raise write_error(run_dir, step, cause) from exc
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return Checkpoint(step, final)
+
+
+def save_checkpoint(run_dir: Path, step: int, model: Any, trainer_state: dict[str, Any],
+                    state: dict[str, Any]) -> Checkpoint:
+    """Save atomically; returns the final checkpoint (an older same-step one is replaced)."""
+
+    root = checkpoints_dir(run_dir)
+    tmp = temp_dir(root, step)
+    payload = state_payload(step, state)
+    full = {**trainer_state, "rng": rng_state()}
+
+    def write(path: Path) -> None:
+        model.save_pretrained(str(path))
+        write_trainer_files(path, full, payload)
+
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as exc:
+        raise write_error(run_dir, step, exc) from exc
+    return replace_atomically(run_dir, step, tmp, write)
 
 
 def load_trainer_state(checkpoint: Checkpoint) -> dict[str, Any]:

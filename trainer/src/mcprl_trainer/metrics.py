@@ -47,7 +47,7 @@ STEP_GAUGES: dict[str, tuple[str, str]] = {
                           "updating (waiting for rollouts, checkpoint, publish)."),
 }
 
-STEP_PHASES = ("rollout", "judge", "train", "publish")
+STEP_PHASES = ("rollout", "judge", "train", "checkpoint", "publish")
 # The kinds of an agent's tool error (mcp_tools.ToolResult.error_kind, and malformed calls).
 TOOL_ERROR_KINDS = ("tool_error", "unknown_tool", "bad_arguments", "timeout", "protocol",
                     "malformed")
@@ -102,6 +102,10 @@ class TrainerMetrics:
             "updates, dropped and collected again (never trained on).", registry=r)
         self.tokens = Counter("mcprl_trainer_tokens", "Tokens processed, by kind.", ["kind"],
                               registry=r)
+        self.checkpoint_write = Histogram(
+            "mcprl_trainer_checkpoint_write_duration_seconds", "Wall time of one checkpoint's "
+            "background write (optimizer, RNG, state.json; background_checkpoints), off the "
+            "step's critical path.", registry=r, buckets=LATENCY_BUCKETS_S)
         self.gpu_memory = Gauge("mcprl_trainer_gpu_memory_bytes",
                                 "Peak GPU memory allocated by the trainer in the last step.",
                                 registry=r)
@@ -146,6 +150,11 @@ class TrainerMetrics:
         self.tokens.labels("trained").inc(metrics.get("train_tokens", 0))
         if "gpu_memory_bytes" in metrics:
             self.gpu_memory.set(metrics["gpu_memory_bytes"])
+
+    def observe_checkpoint_write(self, step: int, seconds: float) -> None:
+        """Called from the checkpoint writer's thread when a write is on disk."""
+
+        self.checkpoint_write.observe(seconds)
 
     def observe_eval(self, success_rate: float, mean_reward: float) -> None:
         self.eval_success.set(success_rate)

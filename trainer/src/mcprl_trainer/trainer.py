@@ -1,5 +1,7 @@
 """The training run, in named stages per step: rollout (+ judge, overlapped) -> advantages ->
-train -> checkpoint -> publish -> (eval). Resumable from the latest checkpoint.
+train -> checkpoint -> publish -> (eval). Resumable from the latest checkpoint; with
+``background_checkpoints`` only the adapter is written before publishing, the rest of the
+checkpoint while the next step runs (:mod:`mcprl_trainer.checkpoint_writer`).
 
 Step numbers are 1-based; ``checkpoints/step-N`` is the state *after* step N. The scenarios
 and sampling seeds of step N depend only on ``(seed, N)``, so a resumed run continues exactly
@@ -34,8 +36,8 @@ from mcprl_trainer.checkpoint import (
     load_trainer_state,
     prune_checkpoints,
     restore_rng,
-    save_checkpoint,
 )
+from mcprl_trainer.checkpoint_writer import CheckpointWriter
 from mcprl_trainer.config import RunConfig, save_config
 from mcprl_trainer.distributed import DistContext
 from mcprl_trainer.engines import EnginePool
@@ -127,6 +129,8 @@ class Trainer:
         self.current_model = config.served_base
         self.version = 0  # the policy version of the trainer's weights (mcprl_trainer.overlap)
         self.served_version = 0  # the one rollouts sample from now
+        self.checkpoints = CheckpointWriter(self.run_dir, background=config.background_checkpoints,
+                                            on_written=self.metrics.observe_checkpoint_write)
 
     # -- setup ---------------------------------------------------------------------------------
     def _prepare_dir(self) -> Checkpoint | None:
@@ -264,10 +268,13 @@ class Trainer:
         m["rollouts_dropped"] = batch.rollouts_dropped
         m["judge_retried"] = batch.judge_retried
         self.status.update(phase="publish")
-        t_pub = time.perf_counter()
+        t_ckpt = time.perf_counter()
         self.history.append(m)
-        ckpt = save_checkpoint(self.run_dir, step, group, group.trainer_state(), self._state())
+        ckpt = self.checkpoints.save(step, group, group.trainer_state(), self._state())
         self.version = step
+        t_pub = time.perf_counter()
+        m["checkpoint_seconds"] = t_pub - t_ckpt  # the critical path (the adapter alone)
+        m["checkpoint_wait_seconds"] = self.checkpoints.wait_seconds
         if not overlap:  # overlapped: published when no collection is in flight
             self.current_model = await publisher.publish(ckpt.path, version=step)
             self.served_version = step
@@ -336,8 +343,7 @@ class Trainer:
                     await self._serve(self.version, publisher)
                     await self._eval(runner, splits, step)
                     # Record the eval in the checkpoint, so a crash before it is redone on resume.
-                    save_checkpoint(self.run_dir, step, group, group.trainer_state(),
-                                    self._state())
+                    self.checkpoints.save(step, group, group.trainer_state(), self._state())
                 if last and step < cfg.steps:
                     log.info("max_train_seconds spent: step %d is the last", step,
                              extra={"max_train_seconds": cfg.max_train_seconds})
@@ -405,13 +411,14 @@ class Trainer:
             if self._eval_due(start) and not any(e["step"] == start for e in self.evals):
                 await self._eval(runner, splits, start)
                 if latest is not None:
-                    save_checkpoint(self.run_dir, start, group, group.trainer_state(),
-                                    self._state())
+                    self.checkpoints.save(start, group, group.trainer_state(), self._state())
             stopped = await self._run_steps(start, runner, splits, group, publisher)
+            await asyncio.to_thread(self.checkpoints.close)  # the last checkpoint is complete
             self.status.update(phase="stopped" if stopped else "done")
             group.close()  # the followers return (after a failure torchrun stops them)
         except BaseException as exc:
             self.status.update(phase="failed", error=f"{type(exc).__name__}: {exc}")
+            self.checkpoints.close(raise_error=False)  # a pending write still completes
             raise
         finally:
             await pool.aclose()

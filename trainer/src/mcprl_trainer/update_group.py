@@ -9,7 +9,10 @@ micro-batches (:class:`mcprl_trainer.grpo.StepPlan`).
 Checkpoints hold the LoRA and the optimizer state in torch.distributed.checkpoint format
 (``dcp/``, written by every rank, each its own shards), so a run resumes with another
 number of ranks (or with one); the full adapter is also written in peft's format (by rank
-0, gathered), which is what the engines load.
+0, gathered), which is what the engines load. In one process a checkpoint can be written in
+two parts (:mod:`mcprl_trainer.checkpoint_writer`): the adapter at once
+(:meth:`UpdateGroup.save_adapter`), ``dcp/`` later from a host copy
+(:meth:`UpdateGroup.snapshot_state`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import torch
 
 from mcprl_trainer.checkpoint import TRAINER_STATE_FILE
+from mcprl_trainer.checkpoint_writer import HostBuffers
 from mcprl_trainer.config import RunConfig
 from mcprl_trainer.distributed import DistContext, broadcast_object, rank_device, shard_policy
 from mcprl_trainer.grpo import GRPOUpdater, TrainSample
@@ -68,6 +72,22 @@ def save_sharded(model: Any, optimizer: torch.optim.Optimizer, path: Path) -> No
                  checkpoint_id=str(path))
 
 
+class DcpSnapshot:
+    """A host copy of what :func:`save_sharded` writes, written later by another thread."""
+
+    def __init__(self, state: dict[str, Any], host: HostBuffers) -> None:
+        self.state = state
+        self.host = host
+
+    def write(self, path: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        # catch_warnings is not thread-safe: the one-process warning is filtered for good
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        self.host.ready()
+        dcp.save(self.state, checkpoint_id=str(path / DCP_DIR))
+
+
 def load_sharded(model: Any, optimizer: torch.optim.Optimizer, path: Path) -> None:
     """Load what :func:`save_sharded` wrote, whatever the number of ranks that wrote it.
 
@@ -93,6 +113,7 @@ class UpdateGroup:
         self.dist = dist or DistContext()
         self.model: Any = None
         self.updater: GRPOUpdater | None = None
+        self._host = HostBuffers()
 
     # -- rank 0's calls (broadcast first when there are followers) ------------------------
     def _call(self, name: str, *args: Any) -> Any:
@@ -119,6 +140,27 @@ class UpdateGroup:
         """What :func:`~mcprl_trainer.checkpoint.save_checkpoint` calls on the model."""
 
         self._call("save", path)
+
+    def save_adapter(self, path: str) -> None:
+        """The peft adapter alone (what the engines load), one process only."""
+
+        assert not self.dist.enabled, "several ranks save with save_pretrained"
+        self.model.save_pretrained(str(path), selected_adapters=["default"])
+
+    def snapshot_state(self) -> DcpSnapshot | None:
+        """A host copy of the LoRA and its optimizer state (``dcp/``), valid until the next
+        call; None with several ranks, where dcp's save is collective (saved in the
+        foreground)."""
+
+        if self.dist.enabled:
+            return None
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        assert self.updater is not None
+        model_sd, optim_sd = get_state_dict(self.model, self.updater.optimizer,
+                                            options=_state_options())
+        state = {"model": trainable_only(self.model, model_sd), "optim": optim_sd}
+        return DcpSnapshot(self._host.copy(state), self._host)
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """The full LoRA (gathered from every rank's shards), on rank 0, in CPU memory."""

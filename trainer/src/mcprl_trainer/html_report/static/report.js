@@ -245,6 +245,7 @@
         { name: 'rollout', points: series(H, 'rollout_seconds') },
         { name: 'judge (after rollouts)', points: series(H, 'judge_seconds') },
         { name: 'train', points: series(H, 'train_seconds') },
+        { name: 'checkpoint (critical path)', points: series(H, 'checkpoint_seconds') },
         { name: 'publish', points: series(H, 'publish_seconds') },
         { name: 'whole step', points: series(H, 'step_seconds'), dashed: true }] },
       { id: 'tokens', title: 'Tokens per second', yMin: 0, series: [
