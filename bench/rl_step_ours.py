@@ -12,7 +12,7 @@ as in a deployment. Each step, in the trainer's order (mcprl_trainer.trainer):
 3. ``update``: :meth:`~mcprl_trainer.update_group.UpdateGroup.step` (the GRPO loss, LoRA);
 4. ``checkpoint``: :meth:`~mcprl_trainer.checkpoint_writer.CheckpointWriter.save`, as the
    trainer calls it: with ``background_checkpoints`` (the default) the phase is the adapter
-   alone (and any wait for the previous write); ``checkpoint_background_s`` beside it is that
+   alone (and any wait for the previous write); the step's ``checkpoint_background_s`` is that
    step's optimizer/RNG/state write in the writer thread, off the step's wall time;
 5. ``publish``: :meth:`AdapterPublisher.publish`: the engine loads the adapter and lists it;
    the next step's rollouts sample from it.
@@ -278,7 +278,7 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
                   f"{_engine_line(engine)}", file=sys.stderr, flush=True)
         writer.close()  # the last write's time is known once it is done
         for row in steps:
-            row["phases"]["checkpoint_background_s"] = round(
+            row["checkpoint_background_s"] = round(
                 writer.write_seconds.get(row["step"], 0.0), 3)
     finally:
         writer.close(raise_error=False)
@@ -327,6 +327,8 @@ def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: i
         "engine_start_seconds": round(engine_start_s, 1),
         "micro_batch_tokens": micro_batch_tokens,
         "background_checkpoints": background_checkpoints,
+        "checkpoint_background_median_s": statistics.median(
+            [r.get("checkpoint_background_s", 0.0) for r in rows[warmup:]] or [0.0]),
         "gpu_busy_source": monitor.source,
         "engine_median": engine_median(rows, warmup),
         "engine_profile": "INFERENCE_PROFILE on: each decode step syncs to time forward vs "
