@@ -1,7 +1,8 @@
 """Generated tokens/s: our engine vs plain ``model.generate``, side by side in one run (JSON).
 
 CPU (default): the tiny models at batch 1/8/32. ``--engines ours,lora-merged,lora-unmerged``
-adds our engine serving a LoRA adapter, merged into the weights and as peft's LoRA branch.
+adds our engine serving a LoRA adapter, merged into the weights and unmerged (the engine's
+own LoRA branch, ``engine/lora_layers.py``).
 GPU (the H200 figures in bench/anchors.json)::
 
     python bench/bench_inference.py --device cuda --model-shape qwen2.5-3b

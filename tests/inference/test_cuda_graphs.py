@@ -71,7 +71,7 @@ def test_graph_decode_matches_forward_and_eager(model_fixture: str, request) -> 
 
 
 @pytest.mark.timeout(300)
-def test_lora_swaps_invalidate_graphs(tiny_test_model: Path, tmp_path: Path) -> None:
+def test_lora_swaps_under_graphs(tiny_test_model: Path, tmp_path: Path) -> None:
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 

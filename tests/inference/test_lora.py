@@ -1,6 +1,7 @@
 """Runtime LoRA: load changes the output (and matches peft's own forward pass), replacing
 under the same name takes the new weights, unloading restores the base model. Both ways of
-running an adapter (merged into the weights, and peft's LoRA branch) are held to this."""
+running an adapter (merged into the weights, and the engine's unmerged LoRA branch) are held
+to this."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 PROMPT = [101, 57, 230, 18, 999, 4, 312, 77, 45, 600]
 
 
-def _make_adapter(base_path: Path, out: Path, seed: int, rank: int = 8) -> Path:
+def _make_adapter(base_path: Path, out: Path, seed: int, rank: int = 8, **config) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -20,7 +21,7 @@ def _make_adapter(base_path: Path, out: Path, seed: int, rank: int = 8) -> Path:
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
     cfg = LoraConfig(r=rank, lora_alpha=2 * rank, init_lora_weights=False,
                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                     "up_proj", "down_proj"])
+                                     "up_proj", "down_proj"], **config)
     model = get_peft_model(base, cfg)
     model.save_pretrained(out)
     return out
@@ -186,3 +187,54 @@ def test_more_adapters_than_max_loras_evict_and_reload(tiny_test_model, adapters
         assert "gone" in r.json()["error"]["message"]
         assert "gone" not in {m.id for m in srv.client.models.list().data}
         assert _greedy(srv, "alpha") == first_a
+
+
+def _hand_edited(src: Path, out: Path, **config) -> Path:
+    """``src`` with its config changed and, for an unknown target, weights for that module."""
+
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, out)
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    targets = config.pop("extra_target", None)
+    if targets:
+        cfg["target_modules"] = [*cfg["target_modules"], targets]
+        tensors = load_file(out / "adapter_model.safetensors")
+        prefix = f"base_model.model.model.layers.0.self_attn.{targets}"
+        tensors[f"{prefix}.lora_A.weight"] = torch.ones(8, 128)
+        tensors[f"{prefix}.lora_B.weight"] = torch.ones(128, 8)
+        save_file(tensors, out / "adapter_model.safetensors")
+    (out / "adapter_config.json").write_text(json.dumps({**cfg, **config}))
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_unsupported_adapters_are_refused(lora_server, adapters, tiny_test_model,
+                                          tmp_path) -> None:
+    """What the engine would run differently from peft is a 400 naming it, and a failed
+    republish leaves the adapter of that name serving its old weights."""
+
+    srv = lora_server
+    load = {"lora_name": "keep", "lora_path": str(adapters["a"])}
+    assert srv.http.post("/v1/load_lora_adapter", json=load).status_code == 200
+    kept = _greedy(srv, "keep")
+    refused = {
+        "DoRA": _make_adapter(tiny_test_model, tmp_path / "dora", 4, use_dora=True),
+        "bias 'all'": _make_adapter(tiny_test_model, tmp_path / "bias", 4, bias="all"),
+        "modules_to_save": _make_adapter(tiny_test_model, tmp_path / "mts", 4,
+                                         modules_to_save=["lm_head"]),
+        "max_lora_rank": adapters["big"],
+        "'foo_proj' is not a linear layer": _hand_edited(adapters["a"], tmp_path / "foo",
+                                                         extra_target="foo_proj"),
+        "do not match r=4": _hand_edited(adapters["a"], tmp_path / "shape", r=4),
+    }
+    for words, path in refused.items():
+        r = srv.http.post("/v1/load_lora_adapter",
+                          json={"lora_name": "keep", "lora_path": str(path)})
+        assert r.status_code == 400, (words, r.text)
+        assert words in r.json()["error"]["message"], r.text
+    assert _greedy(srv, "keep") == kept
+    assert srv.http.post("/v1/unload_lora_adapter", json={"lora_name": "keep"}).status_code == 200

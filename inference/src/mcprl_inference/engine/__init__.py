@@ -1,7 +1,7 @@
 """The generation engine: scheduler thread, static slot KV cache, CUDA-graph decode, sampler.
 
-Imports only torch and transformers (peft and xgrammar lazily), so it runs where the service's
-web stack is not installed.
+Imports only torch and transformers (safetensors and xgrammar lazily; LoRA runs without
+peft), so it runs where the service's web stack is not installed.
 """
 
 from mcprl_inference.engine.config import EngineConfig

@@ -73,7 +73,8 @@ class LLMEngine:
                                   fuse=self.config.fuse)
         self.lora = LoraManager(model, max_loras=self.config.max_loras,
                                 max_rank=self.config.max_lora_rank,
-                                mode=self.config.lora_mode)
+                                mode=self.config.lora_mode,
+                                on_layout_change=self.runner.drop_graphs)
         self.eos_ids = set(eos_token_ids(model, tokenizer))
         self.vocab_size = self.runner.vocab_size
         limit = self.runner.max_position
@@ -274,10 +275,10 @@ class LLMEngine:
         return future
 
     def load_lora(self, name: str, path: str) -> concurrent.futures.Future:
-        return self.call(lambda: self._after_model_change(self.lora.load(name, path)))
+        return self.call(lambda: self.lora.load(name, path))
 
     def unload_lora(self, name: str) -> concurrent.futures.Future:
-        return self.call(lambda: self._after_model_change(self.lora.unload(name)))
+        return self.call(lambda: self.lora.unload(name))
 
     def sleep(self, level: int = 1) -> concurrent.futures.Future:
         def _sleep() -> None:
@@ -302,10 +303,6 @@ class LLMEngine:
                 log.info("engine awake")
 
         return self.call(_wake)
-
-    def _after_model_change(self, result: Any) -> Any:
-        self.runner.drop_graphs()
-        return result
 
     # the loop --------------------------------------------------------------------------
     def _has_work(self) -> bool:
@@ -432,8 +429,7 @@ class LLMEngine:
         request failed, when that is no longer possible (its folder is gone)."""
 
         try:
-            if self.lora.ensure_resident(req.adapter):
-                self.runner.drop_graphs()  # captured with the weights it replaced
+            self.lora.ensure_resident(req.adapter)
         except LoraError as exc:
             settle(req.future, error=EngineError(
                 f"The model `{req.adapter}` could not be loaded again: {exc}", "not_found"))
@@ -545,7 +541,7 @@ class LLMEngine:
         if events:
             events[0].record()
         logits = self.runner.decode(self._tokens, self._positions, max_pos,
-                                    self.lora.key(self._group))
+                                    self.lora.graph_key())
         if events:
             events[1].record()
         result = self._sample(logits, self._batch, self._steps, seqs, self._slots)

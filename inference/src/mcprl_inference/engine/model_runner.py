@@ -1,9 +1,11 @@
 """Runs the model: batched prefill into cache slots and the batched decode step.
 
-On CUDA the decode step is captured once per (batch bucket, attention-length bucket, adapter)
-in a CUDA graph and replayed: one launch for the whole 36-layer forward instead of ~1,000
-Python-dispatched kernels, which is what bounds plain ``generate`` at small batch. Inputs live
-in static buffers; the KV cache is the shared static one of :mod:`.kv_cache`. Prefill runs
+On CUDA the decode step is captured once per (batch bucket, attention-length bucket, LoRA
+graph key) in a CUDA graph and replayed: one launch for the whole 36-layer forward instead of
+~1,000 Python-dispatched kernels, which is what bounds plain ``generate`` at small batch. The
+LoRA graph key (``LoraManager.graph_key``) says whether LoRA runs and at which rank, not which
+adapter: adapters are written in place into the buffers a graph reads. Inputs live in static
+buffers; the KV cache is the shared static one of :mod:`.kv_cache`. Prefill runs
 eagerly (it is compute-bound, and its shapes vary). The CPU runs the same functions eagerly.
 """
 
@@ -232,7 +234,7 @@ class ModelRunner:
         return self.lm_head(hidden[:, -1]).float()
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, max_pos: int,
-               adapter_key: Hashable) -> torch.Tensor:
+               lora_key: Hashable) -> torch.Tensor:
         """One decode step for rows ``0..B-1``: ``tokens``/``positions`` are ``[B]`` on device.
 
         ``max_pos`` (known on the host) sizes the attention window without a device sync.
@@ -243,7 +245,7 @@ class ModelRunner:
         if not self.use_graphs:
             return self._decode_forward(tokens[:, None], positions, attn_len)
         bucket = self.row_bucket(rows)
-        key = (bucket, attn_len, adapter_key)
+        key = (bucket, attn_len, lora_key)
         graph = self._graphs.get(key)
         if graph is None:
             if self._pool is None:
@@ -270,7 +272,7 @@ class ModelRunner:
 
 
 class _DecodeGraph:
-    """A captured decode step for one (rows bucket, attention length, adapter)."""
+    """A captured decode step for one (rows bucket, attention length, LoRA graph key)."""
 
     def __init__(self, runner: ModelRunner, rows: int, attn_len: int) -> None:
         self.runner, self.rows, self.attn_len = runner, rows, attn_len
