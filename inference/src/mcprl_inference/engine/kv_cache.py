@@ -74,11 +74,33 @@ def slot_attention(
                                                  scale=scaling)
         out = out.reshape(b, h, 1, d)
     else:
-        out = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, is_causal=attention_mask is None and t > 1,
-            scale=scaling, enable_gqa=groups > 1,
-        )
+        out = grouped_attention(query, key, value, attention_mask, scaling)
     return out.transpose(1, 2).contiguous(), None
+
+
+def grouped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      mask: torch.Tensor | None, scaling: float | None, *,
+                      repeat_kv: bool | None = None) -> torch.Tensor:
+    """SDPA of ``[B, H, T, D]`` queries over ``[B, Hkv, L, D]`` keys (prefill, extend).
+
+    On CUDA a mask together with ``enable_gqa`` leaves SDPA only its math kernel, which
+    materialises every score in float32 (transformers' SDPA integration avoids the pair for
+    the same reason). With a mask the KV heads are therefore repeated to the query heads
+    (``repeat_kv``, default: on CUDA), which the memory-efficient kernel takes; without one,
+    ``enable_gqa`` keeps the flash kernel and no copy.
+    """
+
+    groups = query.shape[1] // key.shape[1]
+    if repeat_kv is None:
+        repeat_kv = query.is_cuda and mask is not None
+    if groups > 1 and repeat_kv:
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+        groups = 1
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, is_causal=mask is None and query.shape[2] > 1,
+        scale=scaling, enable_gqa=groups > 1,
+    )
 
 
 def register_attention() -> None:
