@@ -34,6 +34,10 @@ def test_sigkill_trainer_mid_rollout_and_mid_save_then_resume(fault_stack, train
     config = fault_stack.run_config(tmp_path, "kill-trainer", steps=STEPS)
     run = trainer(config).start()
     run.wait_for(lambda s: s["step"] == 2 and s["phase"] == "rollout", "step 2's rollouts")
+    # step 1's optimizer state and state.json are written in the background while step 2's
+    # rollouts run (background_checkpoints); a kill before that ends resumes from the step
+    # before, as a crash mid-save does (test_checkpoint_writer.py). Kill once it is on disk.
+    _wait_file(run.run_dir / "checkpoints" / "step-1" / "state.json", run)
     run.kill()
     assert [h["step"] for h in run.rows("metrics.jsonl")] == [1]
 
