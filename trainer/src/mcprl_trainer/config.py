@@ -319,10 +319,11 @@ class RunConfig(BaseSettings):
         True, description="Write each step's checkpoint off the critical path: the adapter "
         "(what the engine loads) at once, then the optimizer, scheduler, RNG and state.json "
         "from a host copy in a writer thread, at most one in flight (the next save, and the "
-        "run's end, wait for it and raise its error). A crash mid-write loses that step "
-        "alone, as a synchronous save would (a step directory without state.json is not a "
-        "checkpoint). On by default: the resumable state is the same, only when it reaches "
-        "the disk differs. Several trainer ranks save synchronously (dcp's save is "
+        "run's end, wait for it and raise its error). A crash before the write ends (it runs "
+        "beside the next step's rollouts, typically well under a second) resumes from the "
+        "step before: a step directory without state.json is not a checkpoint. On by "
+        "default: the resumable state is the same, only when it reaches the disk differs. "
+        "Several trainer ranks save synchronously (dcp's save is "
         "collective). false = the whole checkpoint before publishing, as before."
     )
     save_rollouts: bool = Field(True, description="Write each step's trajectories as JSONL.")
