@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,19 @@ def test_shipped_configs_validate() -> None:
     assert run.max_train_seconds is not None and run.max_train_seconds <= 600
     model = REPO / loaded.demo.model
     assert (model / "config.json").exists() and (model / "model.safetensors").exists()
+    # the careless agent is an adapter on that base, which RL trains further
+    adapter = REPO / run.lora.init_adapter
+    assert (adapter / "adapter_config.json").exists()
+    assert json.loads((adapter / "adapter_config.json").read_text())["r"] == run.lora.r
     for recipe in (WARM, DEMO_AGENT):
         warm = load_warmstart_config(recipe)
         assert warm.trainer_config == Path("configs/demo.yaml")
         # The demonstrations are rendered with exactly the demo's rollout settings.
         ro = RolloutConfig(**trainer_rollout_section(REPO / warm.trainer_config))
         assert _rendering(ro) == _rendering(run.rollout)
-    assert load_warmstart_config(DEMO_AGENT).output_dir == Path(loaded.demo.model)
+    careless = load_warmstart_config(DEMO_AGENT)
+    assert careless.output_dir == run.lora.init_adapter
+    assert careless.base.path == Path(loaded.demo.model) and careless.sft.lora_r == run.lora.r
 
 
 def _rendering(ro: RolloutConfig) -> dict:

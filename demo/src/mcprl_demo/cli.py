@@ -42,8 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenarios", type=int, help="scenarios to generate (train + val)")
     parser.add_argument("--quick", action="store_true",
                         help="a short run (the config's demo.quick overrides)")
-    parser.add_argument("--model", help="train this model (path or HF id) instead of the "
-                                        "shipped warm-start agent")
+    parser.add_argument("--model", help="train this model (path or HF id), with a fresh LoRA, "
+                                        "instead of the shipped warm-start agent")
     parser.add_argument("--out", type=Path, help="output directory (default runs/demo)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], type=_override,
                         metavar="KEY=VALUE", help="override a config value, e.g. "
@@ -80,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         overrides["trainer.steps"] = args.steps
     if args.scenarios is not None:
         overrides["demo.scenarios"] = args.scenarios
-    if args.model:
+    if args.model:  # the shipped agent's adapter belongs to the shipped base: a fresh LoRA
         overrides["demo.model"] = args.model
+        overrides.setdefault("trainer.lora.init_adapter", None)
     if args.out:
         overrides["demo.output_dir"] = str(args.out)
     console = Console()
