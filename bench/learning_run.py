@@ -306,8 +306,10 @@ def trainer_config(ctx: Ctx, arm: Arm, seed: int, engine_url: str) -> dict[str, 
         "status": {"enabled": False},
         "train": {"device": "cpu" if a.device == "cpu" else "auto"},
     })
-    if ctx.base is not None:
-        cfg = _merge(cfg, {"lora": {"init_adapter": str(ctx.warm)}})
+    # An adapter warm start is trained further; a full-weight one gets a fresh LoRA (whatever
+    # adapter the trainer config names belongs to its own model, e.g. the demo's careless one).
+    adapter = str(ctx.warm) if ctx.base is not None else None
+    cfg = _merge(cfg, {"lora": {"init_adapter": adapter}})
     return _merge(cfg, arm.overrides)
 
 
