@@ -465,6 +465,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, help="seeds of every arm (default: 3 for grpo, "
                    "--control-seeds for shuffled, 1 for the ablations)")
     p.add_argument("--control-seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="trainer seed of each arm's first run (a re-run with other seeds)")
     p.add_argument("--budget-s", type=float, default=120.0, help="wall clock per run")
     p.add_argument("--max-steps", type=int, default=200, help="steps per run at most")
     p.add_argument("--stop-grace-s", type=float, default=90.0,
@@ -623,7 +625,8 @@ def main(argv: list[str] | None = None) -> int:
         before = asyncio.run(heldout(ctx, before_model))
         say(f"warm start: held-out success {before['success_rate']:.3f} on {before['n']}")
         mark = lap("before_eval", mark)
-        jobs = [(arm, seed) for arm in arms.values() for seed in range(arm.seeds)]
+        first = args.first_seed
+        jobs = [(arm, seed) for arm in arms.values() for seed in range(first, first + arm.seeds)]
         with ThreadPoolExecutor(max_workers=args.parallel) as pool:
             done = list(pool.map(lambda job: run_one(ctx, *job), jobs))
         lap("runs", mark)
@@ -657,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
                   "train_templates": sorted({s.template or "?" for s in train}),
                   "budget_s": args.budget_s, "max_steps": args.max_steps,
                   "parallel": args.parallel, "engine_per_run": args.engine_per_run,
-                  "smoke": args.smoke,
+                  "smoke": args.smoke, "first_seed": args.first_seed,
                   "sampled_eval": args.sampled_eval,
                   "group_size": base_trainer.get("group_size"),
                   "groups_per_step": base_trainer.get("groups_per_step"),

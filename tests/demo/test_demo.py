@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -92,6 +94,20 @@ def test_short_demo_end_to_end(checkpoint: Path, tmp_path: Path, monkeypatch) ->
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before_children
     assert not left, f"child processes left running: {left}"
     assert outcome.ports and all(_port_free(p) for p in outcome.ports), outcome.ports
+
+    # bench/demo_record.py turns the run into a row of docs/bench/demo-cpu-*.json.
+    doc = tmp_path / "demo-bench.json"
+    doc.write_text(json.dumps({"runs": [{"run": "short"}]}))
+    subprocess.run([sys.executable, str(REPO / "bench" / "demo_record.py"),
+                    str(outcome.paths["json"].parent), str(doc), "--name", "short", "--seed", "0",
+                    "--command", "pytest"], check=True, timeout=60, capture_output=True)
+    (row,) = json.loads(doc.read_text())["runs"]  # the same name replaces the old row
+    assert [s["step"] for s in row["steps"]] == [1, 2] and row["steps_done"] == 2
+    for key, ev in (("eval_before", before), ("eval_after", after)):
+        assert row[key]["success_rate"] == ev["success_rate"] and row[key]["n"] == 6
+        assert 0 <= row[key]["ran_the_query"] <= 6
+    assert all(0.0 <= s["query_rate"] <= 1.0 for s in row["steps"])
+    assert row["gain_points"] == round(100 * (after["success_rate"] - before["success_rate"]), 1)
 
 
 @pytest.mark.timeout(60)
