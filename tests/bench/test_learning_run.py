@@ -64,11 +64,13 @@ def test_smoke_run_reports_every_arm(tmp_path: Path) -> None:
 @pytest.mark.timeout(240)
 def test_engine_per_run_gives_each_run_its_own_engine(tmp_path: Path) -> None:
     out = tmp_path / "learning"
-    result = _smoke(out, "--arms", "grpo,shuffled", "--parallel", "2", "--engine-per-run")
-    assert result["setup"]["engine_per_run"] is True
+    result = _smoke(out, "--arms", "grpo,shuffled", "--parallel", "2", "--engine-per-run",
+                    "--first-seed", "4")  # a re-run with other trainer seeds
+    assert result["setup"]["engine_per_run"] is True and result["setup"]["first_seed"] == 4
     urls = {}
-    for run in ("grpo-s0", "shuffled-s0"):
+    for run in ("grpo-s4", "shuffled-s4"):
         config = yaml.safe_load((out / "configs" / f"{run}.yaml").read_text())
+        assert config["seed"] == 4
         urls[run] = config["policy"]["base_url"]
         # the run's engine served its rollouts and its after-eval: its log names that port
         log = (out / "stack" / f"engine-{run}" / "logs" / "inference.log").read_text()
