@@ -15,22 +15,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-QUERY_TOOL = "run_query"
+from mcprl_trainer.html_report.views import queried
+
 EVAL_KEYS = ("step", "n", "success_rate", "mean_turns", "tool_error_rate", "seconds")
 
 
-def ran_query(rollout: dict[str, Any]) -> bool:
-    """Whether the trajectory called the query tool at least once."""
-    for msg in rollout["trajectory"]["messages"]:
-        for call in msg.get("tool_calls") or []:
-            if call["function"]["name"] == QUERY_TOOL:
-                return True
-    return False
-
-
 def query_count(path: Path) -> tuple[int, int]:
+    """Rollouts of a saved rollouts file that looked the answer up, and all of them."""
+
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return sum(ran_query(r) for r in rows), len(rows)
+    return sum(queried(r["trajectory"]) for r in rows), len(rows)
 
 
 def record(run_dir: Path, name: str, seed: int, command: str,
