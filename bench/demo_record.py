@@ -2,7 +2,8 @@
 
 The demo's own report holds the evals; this adds what the table in docs/benchmarks.md shows
 and the report does not: how many held-out rollouts ran the query, and each step's query rate
-(the demo agent's habit is to answer without querying, so that rate is the decision RL fixes).
+(the demo agent's habit is to answer without querying, so that rate is the decision RL fixes),
+tool-error rate and gradient norm (what drifts late in a run).
 
     python bench/demo_record.py runs/demo-lora-s2/train/demo docs/bench/demo-cpu-2026-12-05.json \
         --name lora-seed2 --seed 2 --command "python -m mcprl_demo --set demo.seed=2 ..."
@@ -46,6 +47,8 @@ def record(run_dir: Path, name: str, seed: int, command: str,
                       "reward_mean": round(m["reward_mean"], 4),
                       "query_rate": round(queried / max(total, 1), 3),
                       "groups_trained": m["groups_trained"],
+                      "tool_error_rate": round(m["tool_error_rate"], 3),
+                      "grad_norm": round(m["grad_norm"], 3) if "grad_norm" in m else None,
                       "rollout_seconds": round(m["rollout_seconds"], 1),
                       "train_seconds": round(m["train_seconds"], 1),
                       "step_seconds": round(m["step_seconds"], 1)})
@@ -70,8 +73,11 @@ def main() -> None:
     args = p.parse_args()
     doc = json.loads(args.json.read_text())
     entry = record(args.run_dir, args.name, args.seed, args.command, args.model)
-    doc["runs"] = [r for r in doc["runs"] if r["run"] != args.name]
-    doc["runs"].insert(0, entry)
+    names = [r["run"] for r in doc["runs"]]
+    if args.name in names:  # recorded again (e.g. with more fields): keep its place
+        doc["runs"][names.index(args.name)] = entry
+    else:
+        doc["runs"].insert(0, entry)
     args.json.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps({k: entry[k] for k in ("run", "steps_done", "gain_points")}))
 
