@@ -11,6 +11,8 @@ rewards, the trainer's GRPO update, checkpoint, and the adapter published to the
 (the next step samples from it). TRL's (bench/rl_step_trl.py): ``trl.GRPOTrainer`` with
 transformers' generate. Each side runs ``--warmup`` steps, then ``--steps`` timed ones;
 ``seconds_per_step`` is the median of the timed steps; ``speedup`` is TRL's over ours.
+``--max-staleness both`` also runs our side overlapped (``ours_overlapped``,
+``speedup_overlapped``): each step's update beside the next step's rollouts.
 
     python bench/bench_rl_step.py --device cuda --steps 5 --warmup 1     # the H200 run
     python bench/bench_rl_step.py --shape tiny --device cpu --steps 2 --warmup 1   # CPU smoke
@@ -64,6 +66,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="our step writes the whole checkpoint before publishing "
                         "(background_checkpoints: false; the default writes the adapter, "
                         "then the rest in the background)")
+    p.add_argument("--max-staleness", choices=["0", "1", "both"], default="0",
+                   help="1: our step k+1's rollouts are sampled (from adapter k-1) while step "
+                        "k's update runs, as train.max_staleness: 1; the step's time is then "
+                        "its wait for them plus reward, update and checkpoint. both: our side "
+                        "twice, synchronous as 'ours', overlapped as 'ours_overlapped'")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads, of this process and the engine's")
     p.add_argument("--workdir", type=Path, default=None,
@@ -142,10 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = build_model_dir(args.shape, workdir / f"model-{args.shape}", device)
         result["setup"]["model_build_seconds"] = round(time.perf_counter() - t0, 1)
         if args.only in ("ours", "both"):
-            result["ours"] = run_ours(work, model_dir, device, args.steps, args.warmup, micro,
-                                      workdir / "ours",
-                                      background_checkpoints=not args.sync_checkpoint)
-            write(result, args.out)
+            staleness = {"0": [0], "1": [1], "both": [0, 1]}[args.max_staleness]
+            for max_staleness in staleness:
+                side = "ours_overlapped" if max_staleness and len(staleness) > 1 else "ours"
+                result[side] = run_ours(work, model_dir, device, args.steps, args.warmup,
+                                        micro, workdir / side,
+                                        background_checkpoints=not args.sync_checkpoint,
+                                        max_staleness=max_staleness)
+                write(result, args.out)
         if args.only in ("trl", "both"):
             if trl_available():
                 result["trl"] = run_trl(work, model_dir, device, args.steps, args.warmup)
@@ -154,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tmp is not None:
             tmp.cleanup()
-    ours = (result["ours"] or {}).get("seconds_per_step")
     theirs = (result["trl"] or {}).get("seconds_per_step")
-    result["speedup"] = round(theirs / ours, 3) if ours and theirs else None
+    for side, key in (("ours", "speedup"), ("ours_overlapped", "speedup_overlapped")):
+        if side in result:
+            ours = (result[side] or {}).get("seconds_per_step")
+            result[key] = round(theirs / ours, 3) if ours and theirs else None
     write(result, args.out)
     print(json.dumps(result, indent=1))
     return 0

@@ -101,7 +101,8 @@ def start_engine(work: Workload, model_dir: Path, device: str,
 
 
 def run_config(work: Workload, model_dir: Path, engine_url: str, out: Path, device: str,
-               micro_batch_tokens: int, background_checkpoints: bool = True) -> Any:
+               micro_batch_tokens: int, background_checkpoints: bool = True,
+               max_staleness: int = 0) -> Any:
     from mcprl_trainer.config import RunConfig
 
     return RunConfig.model_validate({
@@ -112,7 +113,8 @@ def run_config(work: Workload, model_dir: Path, engine_url: str, out: Path, devi
         "lora": {"r": work.lora_r, "alpha": work.lora_alpha, "target_modules": "all-linear"},
         "train": {"lr": work.lr, "device": device, "skip_zero_variance": False,
                   "micro_batch_tokens": micro_batch_tokens, "shared_prefix": work.shared_prefix,
-                  "gradient_checkpointing": work.gradient_checkpointing},
+                  "gradient_checkpointing": work.gradient_checkpointing,
+                  "max_staleness": max_staleness},
         "eval": {"every": 0}, "status": {"enabled": False},
         "background_checkpoints": background_checkpoints,
     })
@@ -209,6 +211,38 @@ async def _group(publisher: Any, model: str, prompt: list[int], work: Workload, 
     return ScoredGroup(scenario, list(results))
 
 
+async def _collect(publisher: Any, model: str, work: Workload, vocab: int, step: int,
+                   http: Any, engine_url: str, device: str,
+                   counters: dict[str, float] | None = None) -> dict[str, Any]:
+    """One step's rollouts (every group at once) with the engine's counters around them
+    (``counters``: read before, while the engine was idle)."""
+
+    prompts = step_prompts(work, step, vocab)
+    phases: dict[str, float] = {}
+    if counters is None:
+        counters = await engine_counters(http, engine_url)
+    with timed(phases, "rollout", device):
+        groups = await asyncio.gather(*(
+            _group(publisher, model, p, work, vocab, step, i) for i, p in enumerate(prompts)))
+    # in the step's wall time (a few ms), in no phase
+    engine = engine_breakdown(counters, await engine_counters(http, engine_url),
+                              phases["rollout"])
+    return {"groups": groups, "rollout_s": phases["rollout"], "engine": engine}
+
+
+async def _publish_then_collect(publisher: Any, checkpoint: Path | None, version: int,
+                                collect: Any) -> dict[str, Any]:
+    """The overlapped schedule's collection: publish the adapter it samples from (nothing
+    else samples now), then collect, all off the update's critical path."""
+
+    t0 = time.perf_counter()
+    model = await publisher.publish(checkpoint, version=version) if checkpoint else None
+    published_s = time.perf_counter() - t0
+    out = await collect(model)
+    out["publish_s"] = round(published_s, 3)
+    return out
+
+
 async def _steps(work: Workload, config: Any, device: str, total: int, warmup: int,
                  monitor: GpuMonitor, engine_url: str) -> list[dict[str, Any]]:
     import httpx
@@ -219,11 +253,13 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
     from mcprl_trainer.engines import EnginePool
     from mcprl_trainer.groups import GroupBatch
     from mcprl_trainer.modeling import load_tokenizer
+    from mcprl_trainer.overlap import Prefetch
     from mcprl_trainer.publish import AdapterPublisher
     from mcprl_trainer.recovery import RetryWindow
     from mcprl_trainer.update_group import UpdateGroup
 
     torch.manual_seed(work.seed)
+    overlap = config.train.max_staleness > 0
     group = UpdateGroup(config)
     group.load(load_tokenizer(config.model).pad_token_id)
     vocab = group.model.get_input_embeddings().weight.shape[0]
@@ -232,55 +268,80 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
     model = config.served_base
     writer = CheckpointWriter(config.run_dir, background=config.background_checkpoints)
     http = httpx.AsyncClient(timeout=30.0)
+    prefetch = Prefetch()  # the trainer's: one collection in flight, for a known step
+
+    def collect(step: int, counters: dict[str, float] | None = None) -> Any:
+        async def run(published: str | None) -> dict[str, Any]:
+            return await _collect(publisher, published or model, work, vocab, step, http,
+                                  engine_url, device, counters)
+        return run
+
     steps: list[dict[str, Any]] = []
+    pending: tuple[Path, int] | None = None  # overlapped: the adapter the next collection serves
     try:
         for step in range(1, total + 1):
-            prompts = step_prompts(work, step, vocab)
             phases: dict[str, float] = {}
             if device.startswith("cuda"):
                 torch.cuda.reset_peak_memory_stats()
-            counters = await engine_counters(http, engine_url)  # the engine is idle here
-            t0 = time.perf_counter()
-            with timed(phases, "rollout", device):
-                groups = await asyncio.gather(*(
-                    _group(publisher, model, p, work, vocab, step, i)
-                    for i, p in enumerate(prompts)))
-            # in the step's wall time (a few ms), in no phase
-            engine = engine_breakdown(counters, await engine_counters(http, engine_url),
-                                      phases["rollout"])
+            counters = None if prefetch.holds(step) else await engine_counters(http, engine_url)
+            t0 = time.perf_counter()  # the engine is idle here, unless it samples this step
+            if prefetch.holds(step):  # sampled during the last update: wait for what is left
+                with timed(phases, "rollout_wait", device):
+                    collected = await prefetch.take()
+            else:
+                collected = await collect(step, counters)(None)
+                phases["rollout"] = collected["rollout_s"]
+            groups = collected["groups"]
+            if overlap and step < total:  # as the trainer: step k+1 samples version k-1
+                ckpt_path, version = pending if pending else (None, 0)
+                prefetch.start(step + 1, _publish_then_collect(publisher, ckpt_path, version,
+                                                               collect(step + 1)))
             with timed(phases, "reward", device):
                 for g in groups:
                     for r in g.results:
                         r.reward = reward([t for turn in r.tokens.turns
                                            for t in turn.sampled_ids])
-                batch = GroupBatch(list(groups), rollout_seconds=phases["rollout"])
+                batch = GroupBatch(list(groups), rollout_seconds=collected["rollout_s"])
                 step_batch = build_step_batch(batch, config.train, seed=work.seed, step=step,
                                               success_threshold=1.0)
             with timed(phases, "update", device):
-                metrics = group.step(step_batch.samples)
+                if overlap:  # off the event loop: the next step's rollouts go on meanwhile
+                    metrics = await asyncio.to_thread(group.step, step_batch.samples)
+                else:
+                    metrics = group.step(step_batch.samples)
             with timed(phases, "checkpoint", device):
                 ckpt = writer.save(step, group, group.trainer_state(), {"history": []})
-            with timed(phases, "publish", device):
-                model = await publisher.publish(ckpt.path, version=step)
+            if overlap:
+                pending = (ckpt.path, step)
+            else:
+                with timed(phases, "publish", device):
+                    model = await publisher.publish(ckpt.path, version=step)
             t1 = time.perf_counter()
             sampled = sum(len(t.sampled_ids) for g in groups for r in g.results
                           for t in r.tokens.turns)
+            first = groups[0].results[0].tokens.turns[0]
             row = {"step": step, "warmup": step <= warmup, "seconds": round(t1 - t0, 3),
                    "phases": {k: round(v, 3) for k, v in phases.items()},
+                   "rollout_seconds": round(collected["rollout_s"], 3),
                    "sampled_tokens": sampled, "trained_tokens": int(metrics["train_tokens"]),
-                   "sampled_with": groups[0].results[0].tokens.turns[0].model,
+                   "sampled_with": first.model, "sampled_version": first.policy_version,
                    "loss": round(float(metrics.get("loss", 0.0)), 5),
                    "reward_mean": round(step_batch.metrics["reward_mean"], 4),
                    "trainer_peak_gib": torch_peak_gib(device), **monitor.window(t0, t1),
-                   "engine": engine}
+                   "engine": collected["engine"]}
+            if "publish_s" in collected:  # overlapped: published before that collection
+                row["publish_overlapped_s"] = collected["publish_s"]
             steps.append(row)
             print(f"ours step {step}/{total}: {row['seconds']:.2f}s {row['phases']} "
-                  f"{_engine_line(engine)}", file=sys.stderr, flush=True)
+                  f"rollout {row['rollout_seconds']:.2f}s from version "
+                  f"{row['sampled_version']} {_engine_line(collected['engine'])}",
+                  file=sys.stderr, flush=True)
         writer.close()  # the last write's time is known once it is done
         for row in steps:
             row["checkpoint_background_s"] = round(
                 writer.write_seconds.get(row["step"], 0.0), 3)
     finally:
+        await prefetch.cancel()
         writer.close(raise_error=False)
         await http.aclose()
         await pool.aclose()
@@ -292,7 +353,7 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
 
 def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: int,
              micro_batch_tokens: int, workdir: Path | None = None,
-             background_checkpoints: bool = True) -> dict[str, Any]:
+             background_checkpoints: bool = True, max_staleness: int = 0) -> dict[str, Any]:
     """Start the engine, run ``warmup + steps`` steps, stop the engine; the side's JSON."""
 
     import torch
@@ -306,7 +367,7 @@ def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: i
     engine_start_s = time.perf_counter() - started
     try:
         config = run_config(work, model_dir, url, out, device, micro_batch_tokens,
-                            background_checkpoints)
+                            background_checkpoints, max_staleness)
         rows = asyncio.run(_steps(work, config, device, warmup + steps, warmup, monitor,
                                   url))
     except BaseException:
@@ -327,6 +388,7 @@ def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: i
         "engine_start_seconds": round(engine_start_s, 1),
         "micro_batch_tokens": micro_batch_tokens,
         "background_checkpoints": background_checkpoints,
+        "max_staleness": max_staleness,
         "checkpoint_background_median_s": statistics.median(
             [r.get("checkpoint_background_s", 0.0) for r in rows[warmup:]] or [0.0]),
         "gpu_busy_source": monitor.source,
