@@ -212,22 +212,23 @@ async def _group(publisher: Any, model: str, prompt: list[int], work: Workload, 
 
 
 async def _collect(publisher: Any, model: str, work: Workload, vocab: int, step: int,
-                   http: Any, engine_url: str, device: str,
+                   http: Any, engine_url: str,
                    counters: dict[str, float] | None = None) -> dict[str, Any]:
     """One step's rollouts (every group at once) with the engine's counters around them
     (``counters``: read before, while the engine was idle)."""
 
     prompts = step_prompts(work, step, vocab)
-    phases: dict[str, float] = {}
     if counters is None:
         counters = await engine_counters(http, engine_url)
-    with timed(phases, "rollout", device):
-        groups = await asyncio.gather(*(
-            _group(publisher, model, p, work, vocab, step, i) for i, p in enumerate(prompts)))
+    # No device sync here (``timed`` has one): this process runs nothing on the GPU for
+    # the rollouts, and overlapped, a sync would wait for the update running beside them.
+    t0 = time.perf_counter()
+    groups = await asyncio.gather(*(
+        _group(publisher, model, p, work, vocab, step, i) for i, p in enumerate(prompts)))
+    rollout_s = time.perf_counter() - t0
     # in the step's wall time (a few ms), in no phase
-    engine = engine_breakdown(counters, await engine_counters(http, engine_url),
-                              phases["rollout"])
-    return {"groups": groups, "rollout_s": phases["rollout"], "engine": engine}
+    engine = engine_breakdown(counters, await engine_counters(http, engine_url), rollout_s)
+    return {"groups": groups, "rollout_s": rollout_s, "engine": engine}
 
 
 async def _publish_then_collect(publisher: Any, checkpoint: Path | None, version: int,
@@ -273,7 +274,7 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
     def collect(step: int, counters: dict[str, float] | None = None) -> Any:
         async def run(published: str | None) -> dict[str, Any]:
             return await _collect(publisher, published or model, work, vocab, step, http,
-                                  engine_url, device, counters)
+                                  engine_url, counters)
         return run
 
     steps: list[dict[str, Any]] = []
