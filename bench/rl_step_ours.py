@@ -293,7 +293,8 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
                 collected = await collect(step, counters)(None)
                 phases["rollout"] = collected["rollout_s"]
             groups = collected["groups"]
-            if overlap and step < total:  # as the trainer: step k+1 samples version k-1
+            if overlap:  # as the trainer: step k+1 samples version k-1. After the last
+                # step too (never trained on), so that every timed step runs beside rollouts
                 ckpt_path, version = pending if pending else (None, 0)
                 prefetch.start(step + 1, _publish_then_collect(publisher, ckpt_path, version,
                                                                collect(step + 1)))
