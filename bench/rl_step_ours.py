@@ -231,19 +231,6 @@ async def _collect(publisher: Any, model: str, work: Workload, vocab: int, step:
     return {"groups": groups, "rollout_s": rollout_s, "engine": engine}
 
 
-async def _publish_then_collect(publisher: Any, checkpoint: Path | None, version: int,
-                                collect: Any) -> dict[str, Any]:
-    """The overlapped schedule's collection: publish the adapter it samples from (nothing
-    else samples now), then collect, all off the update's critical path."""
-
-    t0 = time.perf_counter()
-    model = await publisher.publish(checkpoint, version=version) if checkpoint else None
-    published_s = time.perf_counter() - t0
-    out = await collect(model)
-    out["publish_s"] = round(published_s, 3)
-    return out
-
-
 async def _steps(work: Workload, config: Any, device: str, total: int, warmup: int,
                  monitor: GpuMonitor, engine_url: str) -> list[dict[str, Any]]:
     import httpx
@@ -271,11 +258,17 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
     http = httpx.AsyncClient(timeout=30.0)
     prefetch = Prefetch()  # the trainer's: one collection in flight, for a known step
 
-    def collect(step: int, counters: dict[str, float] | None = None) -> Any:
-        async def run(published: str | None) -> dict[str, Any]:
-            return await _collect(publisher, published or model, work, vocab, step, http,
-                                  engine_url, counters)
-        return run
+    async def publish_then_collect(step: int, adapter: tuple[Path, int] | None
+                                   ) -> dict[str, Any]:
+        """The overlapped schedule's collection: publish the adapter it samples from
+        (nothing else samples now), then collect, all off the update's critical path."""
+
+        t0 = time.perf_counter()
+        served = await publisher.publish(adapter[0], version=adapter[1]) if adapter else model
+        published_s = time.perf_counter() - t0
+        out = await _collect(publisher, served, work, vocab, step, http, engine_url)
+        out["publish_s"] = round(published_s, 3)
+        return out
 
     steps: list[dict[str, Any]] = []
     pending: tuple[Path, int] | None = None  # overlapped: the adapter the next collection serves
@@ -284,20 +277,20 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
             phases: dict[str, float] = {}
             if device.startswith("cuda"):
                 torch.cuda.reset_peak_memory_stats()
-            counters = None if prefetch.holds(step) else await engine_counters(http, engine_url)
-            t0 = time.perf_counter()  # the engine is idle here, unless it samples this step
             if prefetch.holds(step):  # sampled during the last update: wait for what is left
+                t0 = time.perf_counter()
                 with timed(phases, "rollout_wait", device):
                     collected = await prefetch.take()
             else:
-                collected = await collect(step, counters)(None)
+                counters = await engine_counters(http, engine_url)  # the engine is idle here
+                t0 = time.perf_counter()
+                collected = await _collect(publisher, model, work, vocab, step, http,
+                                           engine_url, counters)
                 phases["rollout"] = collected["rollout_s"]
             groups = collected["groups"]
             if overlap:  # as the trainer: step k+1 samples version k-1. After the last
                 # step too (never trained on), so that every timed step runs beside rollouts
-                ckpt_path, version = pending if pending else (None, 0)
-                prefetch.start(step + 1, _publish_then_collect(publisher, ckpt_path, version,
-                                                               collect(step + 1)))
+                prefetch.start(step + 1, publish_then_collect(step + 1, pending))
             with timed(phases, "reward", device):
                 for g in groups:
                     for r in g.results:
