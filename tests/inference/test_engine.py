@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from mcprl_inference.engine import EngineConfig, EngineError, LLMEngine, SamplingParams
 
@@ -120,3 +121,26 @@ def test_fused_rms_norm_path_matches_forward(tiny_test_model: Path, ref_logprobs
         assert out.logprobs == pytest.approx(ref_logprobs(prompt, out.token_ids), abs=1e-4)
     finally:
         eng.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_admission_fails_its_requests_and_serving_goes_on(engine, monkeypatch) -> None:
+    """A prefill that fails before its sequences run (the KV cache's growth running out of
+    GPU memory beside a trainer, 2026-12-06) fails its requests at once: they had left the
+    queue, and nothing else would have answered them before their callers' timeouts."""
+
+    real, calls = engine.runner.ensure_capacity, []
+
+    def fail_once(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine.runner, "ensure_capacity", fail_once)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    failed = engine.add_request(_prompts(2)[1], params)
+    with pytest.raises(EngineError, match="OutOfMemoryError"):
+        failed.result(10)
+    out = engine.add_request(_prompts(2)[1], params).result(30)
+    assert len(out.outputs[0].token_ids) == 4 and len(calls) >= 2

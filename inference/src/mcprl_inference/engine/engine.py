@@ -422,7 +422,16 @@ class LLMEngine:
                 rows, reserved, tokens = new_rows, new_len, tokens + work
         if admitted:
             self._group = group
-            self._prefill(admitted, rows, reserved)
+            try:
+                self._prefill(admitted, rows, reserved)
+            except Exception as exc:
+                # Popped from the queue but maybe not yet running (the cache's growth can run
+                # out of memory beside a trainer): fail them here, or their callers would wait
+                # until their own timeouts. The loop then fails the running batch.
+                error = EngineError(f"engine error: {type(exc).__name__}: {exc}", "internal")
+                for req in admitted:
+                    settle(req.future, error=error)
+                raise
 
     def _make_resident(self, req: EngineRequest) -> bool:
         """Its adapter in memory (loaded again if ``max_loras`` evicted it); False, with the
