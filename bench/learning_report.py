@@ -116,6 +116,21 @@ def aggregate(arms: dict[str, list[dict[str, Any]]], before: float,
         if sampled and before_sampled is not None:
             out[arm]["after_sampled"] = spread(sampled)
             out[arm]["gain_sampled"] = spread([v - before_sampled for v in sampled])
+        out[arm].update(_paired(ok))
+    return out
+
+
+def _paired(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each run's after against its own before (``--paired-before``: the start measured on
+    the run's engine right after its after), greedy and sampled, over the runs that have one."""
+
+    out: dict[str, Any] = {}
+    for suffix, key in (("", "success_rate"), ("_sampled", "sampled_success_rate")):
+        pairs = [(r["before"][key], r["after"][key]) for r in runs if r.get("before")
+                 and r["before"].get(key) is not None and r["after"].get(key) is not None]
+        if pairs:
+            out[f"before_paired{suffix}"] = spread([b for b, _ in pairs])
+            out[f"gain_paired{suffix}"] = spread([a - b for b, a in pairs])
     return out
 
 
@@ -255,6 +270,20 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
                 lines.append(f"| {arm} | {_pct(a['after_sampled']['mean'])} ± "
                              f"{_pct(a['after_sampled']['std'])} | {_pct(g['mean'])} "
                              f"({_pct(g['min'])}..{_pct(g['max'])}) |")
+    paired = {arm: a for arm, a in result["arms"].items() if a.get("gain_paired")}
+    if paired:
+        lines += ["", "Paired with each run's own before (the start evaluated again on the run's "
+                  "engine right after its after; a mean over runs):", "",
+                  "| arm | runs | before, greedy (%) | gain, greedy (pts) | before, sampled (%) "
+                  "| gain, sampled (pts) |", "|---|---|---|---|---|---|"]
+        for arm, a in paired.items():
+            bs, gs = a.get("before_paired_sampled"), a.get("gain_paired_sampled")
+            lines.append(
+                f"| {arm} | {a['gain_paired']['n']} | {_pct(a['before_paired']['mean'])} | "
+                f"{_pct(a['gain_paired']['mean'])} ({_pct(a['gain_paired']['min'])}.."
+                f"{_pct(a['gain_paired']['max'])}) | {_pct(bs['mean']) if bs else '-'} | "
+                + (f"{_pct(gs['mean'])} ({_pct(gs['min'])}..{_pct(gs['max'])}) |" if gs
+                   else "- |"))
     curves = {arm: a["curve"] for arm, a in result["arms"].items() if a.get("curve")}
     if curves:
         lines += ["", "Held-out success along the runs (seed means; the last row of an arm is "

@@ -30,7 +30,7 @@ def _smoke(out: Path, *args: str) -> dict:
 @pytest.mark.timeout(240)
 def test_smoke_run_reports_every_arm(tmp_path: Path) -> None:
     out = tmp_path / "learning"
-    result = _smoke(out, "--arms", ",".join(ARMS))
+    result = _smoke(out, "--arms", ",".join(ARMS), "--no-paired-before")
     assert result == {k: v for k, v in json.loads((out / "learning_run.json").read_text())
                       .items() if k != "runs"}
     setup = result["setup"]
@@ -46,6 +46,7 @@ def test_smoke_run_reports_every_arm(tmp_path: Path) -> None:
         assert 0.0 <= arm["after"]["mean"] <= 1.0
         assert arm["gain"]["mean"] == pytest.approx(arm["after"]["mean"] - arm["before"])
         assert arm["train"]["steps"] == 2  # the smoke's step budget, reached
+        assert "gain_paired" not in arm  # --no-paired-before
         assert arm["train"]["reward_std"] is not None and arm["train"]["reward_std"] >= 0
         assert 0.0 <= arm["train"]["zero_variance_fraction"] <= 1.0
     # no-skip trains every group, so the update ran and reported its statistics
@@ -79,3 +80,11 @@ def test_engine_per_run_gives_each_run_its_own_engine(tmp_path: Path) -> None:
     assert len(set(urls.values())) == 2  # two engines, neither shared
     for name, arm in result["arms"].items():
         assert arm["runs"] == 1 and arm["failed"] == 0, name
+        # the start evaluated again on the run's own engine, and the gain read against it
+        assert arm["before_paired"]["n"] == arm["gain_paired"]["n"] == 1, name
+        assert arm["gain_paired"]["mean"] == pytest.approx(
+            arm["after"]["mean"] - arm["before_paired"]["mean"])
+    runs = json.loads((out / "learning_run.json").read_text())["runs"]
+    assert {r["name"] for r in runs} == {"grpo-s4", "shuffled-s4"}
+    for run in runs:
+        assert run["before"]["n"] == result["setup"]["eval_n"], run["name"]
