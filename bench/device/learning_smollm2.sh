@@ -34,7 +34,9 @@ RUN_ARGS=(--device cuda --base-model models/smollm2-135m-instruct "${WARM_ARGS[@
 # 7 trainers with 32k-token micro-batches beside the engine ran out of GPU memory at their
 # first update (CUBLAS_STATUS_ALLOC_FAILED); 5 with 8k-token micro-batches peak at ~7 GB each.
 # With --engine-per-run every engine takes KV_CACHE_GB of KV cache (8 GB holds ~350k SmolLM2
-# tokens, a step's 32 rollouts need <140k): seven engines and six trainers used 82 GB.
+# tokens, a step's 32 rollouts need <140k): seven engines and six trainers used 82 GB. Eight
+# runs with 3 GB each (2026-12-06, H100) used 71 GB at a sample, and two engines failed a
+# request at once (their logs, now in logs.tgz, did not come back then): keep six on an H100.
 export INFERENCE_MAX_BATCH_SIZE=128 INFERENCE_KV_CACHE_MEMORY_GB=${KV_CACHE_GB:-8} \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
@@ -101,7 +103,8 @@ wait_run() {
   tail -c 4000 "$RUN/run.log" > "$out/run-tail.txt" || true
   tar -czf "$out/warm-start.tgz" -C "$RUN/warmstart" model sft.json expert.json 2>/dev/null || true
   tar -czf "$out/logs.tgz" -C "$RUN" progress.log logs configs \
-    $(cd "$RUN" && ls runs/*/metrics.jsonl runs/*/evals.jsonl 2>/dev/null) || true
+    $(cd "$RUN" && ls runs/*/metrics.jsonl runs/*/evals.jsonl stack/*/logs/*.log 2>/dev/null) \
+    || true
 }
 
 case "${1:-}" in
