@@ -203,6 +203,12 @@ def _plot_heldout(ax: Any, arms: dict[str, list[dict[str, Any]]], before: dict[s
     ax.legend(fontsize=8)
 
 
+def _spread_pts(g: dict[str, Any]) -> str:
+    """``mean (min..max)`` of a :func:`spread` of rates, in points."""
+
+    return f"{_pct(g['mean'])} ({_pct(g['min'])}..{_pct(g['max'])})"
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
@@ -253,9 +259,8 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
         g = a["gain"]
         lines.append(
             f"| {arm} | {a['runs'] - a['failed']}/{a['runs']} | {_pct(a['after']['mean'])} ± "
-            f"{_pct(a['after']['std'])} | {_pct(g['mean'])} ({_pct(g['min'])}..{_pct(g['max'])})"
-            f" | {_num(t['steps'], '.1f')} | {_num(a.get('steps_per_minute'), '.1f')} | "
-            f"{_num(t['reward_std'])} | "
+            f"{_pct(a['after']['std'])} | {_spread_pts(g)} | {_num(t['steps'], '.1f')} | "
+            f"{_num(a.get('steps_per_minute'), '.1f')} | {_num(t['reward_std'])} | "
             f"{_num(t['adv_abs_mean'])} | {_pct(t['zero_variance_fraction'])}% | "
             f"{_num(t['clip_fraction'])} | {_num(t['kl'], '.4f')} |")
     if "sampled_success_rate" in result["before"]:
@@ -268,8 +273,7 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
             if "after_sampled" in a:
                 g = a["gain_sampled"]
                 lines.append(f"| {arm} | {_pct(a['after_sampled']['mean'])} ± "
-                             f"{_pct(a['after_sampled']['std'])} | {_pct(g['mean'])} "
-                             f"({_pct(g['min'])}..{_pct(g['max'])}) |")
+                             f"{_pct(a['after_sampled']['std'])} | {_spread_pts(g)} |")
     paired = {arm: a for arm, a in result["arms"].items() if a.get("gain_paired")}
     if paired:
         lines += ["", "Paired with each run's own before (the start evaluated again on the run's "
@@ -280,10 +284,8 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
             bs, gs = a.get("before_paired_sampled"), a.get("gain_paired_sampled")
             lines.append(
                 f"| {arm} | {a['gain_paired']['n']} | {_pct(a['before_paired']['mean'])} | "
-                f"{_pct(a['gain_paired']['mean'])} ({_pct(a['gain_paired']['min'])}.."
-                f"{_pct(a['gain_paired']['max'])}) | {_pct(bs['mean']) if bs else '-'} | "
-                + (f"{_pct(gs['mean'])} ({_pct(gs['min'])}..{_pct(gs['max'])}) |" if gs
-                   else "- |"))
+                f"{_spread_pts(a['gain_paired'])} | {_pct(bs['mean']) if bs else '-'} | "
+                f"{_spread_pts(gs) if gs else '-'} |")
     curves = {arm: a["curve"] for arm, a in result["arms"].items() if a.get("curve")}
     if curves:
         lines += ["", "Held-out success along the runs (seed means; the last row of an arm is "
