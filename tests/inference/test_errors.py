@@ -30,6 +30,12 @@ def _post(server, path: str, body: dict, status: int, needle: str) -> None:
     ("/v1/chat/completions", {**CHAT, "messages": []}, 400, "messages"),
     ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 50}, 400, "logprobs"),
     ("/v1/chat/completions", {**CHAT, "stream": True}, 400, "stream"),
+    # the types the OpenAPI document states, not what lax coercion would make of them
+    # (a schemathesis run found `"top_logprobs": false` answered 200)
+    ("/v1/chat/completions", {**CHAT, "top_logprobs": False}, 400, "top_logprobs"),
+    ("/v1/chat/completions", {**CHAT, "temperature": "0.5"}, 400, "temperature"),
+    ("/v1/completions", {"prompt": [1, 2], "max_tokens": "3"}, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": [1, 2], "echo": 1}, 400, "echo"),
     ("/v1/chat/completions", {**CHAT, "tool_choice": "required"}, 400, "tool_choice"),
     ("/v1/chat/completions", {**CHAT, "response_format": {
         "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},

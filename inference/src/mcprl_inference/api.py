@@ -16,7 +16,10 @@ from mcprl_common.wire.tool_calls import ToolCall
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, protected_namespaces=())
+    # strict: a field is the type its schema says (no `false` for an integer, no "0.5" for a
+    # number, which lax mode would coerce and the OpenAPI document does not allow)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, protected_namespaces=(),
+                              strict=True)
 
 
 class _Wire(BaseModel):
