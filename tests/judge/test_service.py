@@ -224,6 +224,8 @@ def test_metrics_and_health(provider, judge_factory, scenario, helpers) -> None:
          400, "content"),
         (lambda b: b["trajectories"][0].update(messages="hello"), 400, "messages"),
         (lambda b: b.update(reward={"mode": "vibes"}), 400, "reward.mode"),
+        (lambda b: b.update(reward={"ruler_weight": "0.5"}), 400, "reward.ruler_weight"),
+        (lambda b: b.update(use_cache=0), 400, "use_cache"),
         (lambda b: b["scenario"].update(ground_truth=None) or b.update(
             reward={"mode": "verifiable"}), 400, "ground_truth"),
         (lambda b: b.update(rubric="  "), 400, "rubric"),

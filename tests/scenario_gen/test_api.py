@@ -74,6 +74,9 @@ def test_create_poll_fetch_and_metrics(api: httpx.Client, company) -> None:
     ({"difficulty_mix": {"7": 1}}, "difficulty_mix", "difficulty keys must be 1-5"),
     ({"model": "gpt"}, "model", "apply to the llm strategy"),
     ({"surprise": 1}, "surprise", "Extra inputs"),
+    ({"n": "30"}, "n", "valid integer"),  # the schema's types, not lax coercion
+    ({"val_fraction": True}, "val_fraction", "valid number"),
+    ({"holdout_entities": 1}, "holdout_entities", "valid boolean"),
 ])
 def test_bad_bodies_are_400_naming_the_field(api: httpx.Client, company, body, param,
                                              words) -> None:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+)
 
 from mcprl_common.wire import Scenario
 from mcprl_scenario_gen.store import StoredManifest
@@ -13,6 +22,8 @@ from mcprl_scenario_gen.store import StoredManifest
 class CreateScenarioSetRequest(BaseModel):
     """``POST /v1/scenario-sets``: what to generate from which MCP server."""
 
+    # Strict scalars (no "50" for n, no false for a number), as the OpenAPI document says;
+    # difficulty_mix stays lax: JSON object keys are strings ("1"), its keys integers.
     model_config = ConfigDict(extra="forbid")
 
     mcp_url: str | None = Field(
@@ -24,15 +35,15 @@ class CreateScenarioSetRequest(BaseModel):
         "auto", description="MCP transport; auto picks SSE for URLs ending in /sse.")
     strategy: str = Field("sql", description="'sql' (verifiable, needs list_tables/"
                           "describe_table/run_query) or 'llm' (written by the generator model).")
-    n: int = Field(50, ge=1, description="Scenarios to generate (train + val).")
-    val_fraction: float = Field(0.2, ge=0.0, le=0.9, description="Share that goes to val.")
-    seed: int = Field(0, ge=0, description="Seed: same server data + seed give the same set "
+    n: StrictInt = Field(50, ge=1, description="Scenarios to generate (train + val).")
+    val_fraction: StrictFloat = Field(0.2, ge=0.0, le=0.9, description="Share that goes to val.")
+    seed: StrictInt = Field(0, ge=0, description="Seed: same server data + seed give the same set "
                       "(sql strategy).")
     difficulty_mix: dict[int, float] | None = Field(
         None, description="Relative weight per difficulty 1-5, e.g. {\"1\": 1, \"3\": 2}; "
         "uniform when absent.")
-    holdout_templates: bool = Field(False, description="No template in both train and val.")
-    holdout_entities: bool = Field(False, description="No entity (department, year, ...) in "
+    holdout_templates: StrictBool = Field(False, description="No template in both train and val.")
+    holdout_entities: StrictBool = Field(False, description="No entity (department, year, ...) in "
                                    "both train and val.")
     model: str | None = Field(None, description="Generator model override (llm strategy).",
                               max_length=200)

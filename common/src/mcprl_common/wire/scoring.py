@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, StrictBool, StrictFloat, model_validator
 
 from mcprl_common.wire.scenario import Scenario
 from mcprl_common.wire.trajectory import Trajectory
@@ -13,7 +13,8 @@ RewardMode = Literal["ruler", "verifiable", "weighted"]
 
 
 class RewardConfig(BaseModel):
-    """How reward components combine into one score in [0, 1].
+    """How reward components combine into one score in [0, 1] (strict scalars: a request
+    with "0.5" for a weight is refused, as the OpenAPI document says, not coerced).
 
     ``ruler``: RULER's score only; ``verifiable``: the ground-truth check only (needs a
     scenario with ``ground_truth``); ``weighted``: ``ruler_weight * ruler +
@@ -24,14 +25,16 @@ class RewardConfig(BaseModel):
     mode: RewardMode = Field(
         "ruler", description="Reward mode: 'ruler', 'verifiable' or 'weighted' (both)."
     )
-    ruler_weight: float = Field(0.5, ge=0, description="Weight of RULER's score in 'weighted'.")
-    verifiable_weight: float = Field(
+    ruler_weight: StrictFloat = Field(
+        0.5, ge=0, description="Weight of RULER's score in 'weighted'.")
+    verifiable_weight: StrictFloat = Field(
         0.5, ge=0, description="Weight of the ground-truth check in 'weighted'."
     )
-    malformed_tool_call_penalty: float = Field(0.1, ge=0, description="Per malformed call.")
-    turn_limit_penalty: float = Field(0.1, ge=0, description="When max_turns was reached.")
-    no_answer_penalty: float = Field(0.0, ge=0, description="When complete_task was never called.")
-    partial_credit: bool = Field(
+    malformed_tool_call_penalty: StrictFloat = Field(0.1, ge=0, description="Per malformed call.")
+    turn_limit_penalty: StrictFloat = Field(0.1, ge=0, description="When max_turns was reached.")
+    no_answer_penalty: StrictFloat = Field(
+        0.0, ge=0, description="When complete_task was never called.")
+    partial_credit: StrictBool = Field(
         False, description="Use the ground-truth check's partial credit (e.g. F1 of a set "
         "answer) instead of its 0/1 verdict as the verifiable reward.")
 
@@ -48,7 +51,7 @@ class ScoreGroupRequest(BaseModel):
     rubric: str | None = Field(None, description="Overrides the default RULER rubric.")
     judge_model: str | None = Field(None, description="Overrides the deployment's judge model.")
     reward: RewardConfig = Field(default_factory=RewardConfig)
-    use_cache: bool = True
+    use_cache: StrictBool = True
 
 
 class TrajectoryScore(BaseModel):
