@@ -4,7 +4,6 @@ results section's table of it, on a learning run's JSON shape."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 def _report():
     spec = importlib.util.spec_from_file_location("learning_report", BENCH / "learning_report.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("learning_report", module)
     spec.loader.exec_module(module)
     return module
 
