@@ -18,6 +18,12 @@
 # `wait` that finds the run going brings back partial.tgz (the metrics and evals so far);
 # a lease lost between calls loses the run, so issue the next `wait` at once. What comes back: learning_run.json,
 # curves.png, results-section.md, the warm-start adapter and the logs (tarballs).
+# 2026-12-06 (H100, eight runs): three calls carried .whl + part-aa, part-ab, part-ac (the
+# last one also `start` + `wait 540`), a fourth `wait` ended it; 849 s from start to JSON, the
+# evals after the runs (after and curve points) ~5 min of it; --paired-before adds one each.
+# The next proof run, lr 0.1 from configs/smollm2.yaml, other seeds, six runs:
+#   KV_CACHE_GB=3 BUDGET_S=450 WARM_START=demo/checkpoints/smollm2-warm-start \
+#     EXTRA_ARGS='--first-seed 11' bash bench/device/learning_smollm2.sh start
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SITE=$HOME/site PARTS=$HOME/parts RUN=$HOME/lr
