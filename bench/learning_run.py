@@ -17,9 +17,11 @@ the judge (verifiable rewards) and one ``mcprl-train`` process per run. Steps:
    up to ``--parallel`` runs at once against the one engine (a LoRA each), or with
    ``--engine-per-run`` one engine each on the same device (the engine batches one LoRA
    at a time, so runs that share it wait for each other's turns);
-5. held-out success of each run's last adapter; JSON on stdout (per arm: mean and spread
-   over seeds, reward variance, advantage stats, clip fraction, KL), files under ``--out``,
-   and with ``--write-docs`` the learning-run section of docs/results.md.
+5. held-out success of each run's last adapter, then (``--paired-before``, the default) of
+   its start again on the same engine, for a gain paired run by run; JSON on stdout (per
+   arm: mean and spread over seeds, reward variance, advantage stats, clip fraction, KL),
+   files under ``--out``, and with ``--write-docs`` the learning-run section of
+   docs/results.md.
 
 CPU smoke (tiny-test model, 2 steps, a few scenarios, one seed per arm; ~2 min on 2 cores)::
 

@@ -125,9 +125,10 @@ def test_fused_rms_norm_path_matches_forward(tiny_test_model: Path, ref_logprobs
 
 @pytest.mark.timeout(60)
 def test_a_failed_admission_fails_its_requests_and_serving_goes_on(engine, monkeypatch) -> None:
-    """A prefill that fails before its sequences run (the KV cache's growth running out of
-    GPU memory beside a trainer, 2026-12-06) fails its requests at once: they had left the
-    queue, and nothing else would have answered them before their callers' timeouts."""
+    """A prefill that fails before its sequences run (say the KV cache's growth running out
+    of GPU memory beside trainers) fails its requests at once: they had left the queue, and
+    nothing else answered them before their callers' timeouts (two runs of the 2026-12-06
+    learning run waited 300 s)."""
 
     real, calls = engine.runner.ensure_capacity, []
 
