@@ -203,6 +203,12 @@ def _plot_heldout(ax: Any, arms: dict[str, list[dict[str, Any]]], before: dict[s
     ax.legend(fontsize=8)
 
 
+def _table_head(caption: str, columns: list[str]) -> list[str]:
+    """A Markdown table's caption paragraph, header row and separator."""
+
+    return ["", caption, "", f"| {' | '.join(columns)} |", "|" + "---|" * len(columns)]
+
+
 def _spread_pts(g: dict[str, Any]) -> str:
     """``mean (min..max)`` of a :func:`spread` of rates, in points."""
 
@@ -247,13 +253,11 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
         "```bash",
         command,
         "```",
-        "",
-        f"Warm start (before): held-out success **{_pct(result['before']['success_rate'])}%**.",
-        "",
-        "| arm | runs | after, mean ± std (%) | gain, mean (min..max) (pts) | steps | "
-        "steps/min | reward std | mean abs adv | zero-var groups | clip frac | KL |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    lines += _table_head(
+        f"Warm start (before): held-out success **{_pct(result['before']['success_rate'])}%**.",
+        ["arm", "runs", "after, mean ± std (%)", "gain, mean (min..max) (pts)", "steps",
+         "steps/min", "reward std", "mean abs adv", "zero-var groups", "clip frac", "KL"])
     for arm, a in result["arms"].items():
         t = a["train"]
         g = a["gain"]
@@ -264,11 +268,12 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
             f"{_num(t['adv_abs_mean'])} | {_pct(t['zero_variance_fraction'])}% | "
             f"{_num(t['clip_fraction'])} | {_num(t['kl'], '.4f')} |")
     if "sampled_success_rate" in result["before"]:
-        lines += ["", f"Sampled at the training temperature ({result['before']['sampled_n']} "
-                  f"rollouts: each val scenario {s.get('sampled_eval')} times), before: "
-                  f"**{_pct(result['before']['sampled_success_rate'])}%**, query rate "
-                  f"{_pct(result['before'].get('sampled_query_rate'))}%.", "",
-                  "| arm | after, mean ± std (%) | gain, mean (min..max) (pts) |", "|---|---|---|"]
+        lines += _table_head(
+            f"Sampled at the training temperature ({result['before']['sampled_n']} rollouts: "
+            f"each val scenario {s.get('sampled_eval')} times), before: "
+            f"**{_pct(result['before']['sampled_success_rate'])}%**, query rate "
+            f"{_pct(result['before'].get('sampled_query_rate'))}%.",
+            ["arm", "after, mean ± std (%)", "gain, mean (min..max) (pts)"])
         for arm, a in result["arms"].items():
             if "after_sampled" in a:
                 g = a["gain_sampled"]
@@ -276,10 +281,11 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
                              f"{_pct(a['after_sampled']['std'])} | {_spread_pts(g)} |")
     paired = {arm: a for arm, a in result["arms"].items() if a.get("gain_paired")}
     if paired:
-        lines += ["", "Paired with each run's own before (the start evaluated again on the run's "
-                  "engine right after its after; a mean over runs):", "",
-                  "| arm | runs | before, greedy (%) | gain, greedy (pts) | before, sampled (%) "
-                  "| gain, sampled (pts) |", "|---|---|---|---|---|---|"]
+        lines += _table_head(
+            "Paired with each run's own before (the start evaluated again on the run's engine "
+            "right after its after; a mean over runs):",
+            ["arm", "runs", "before, greedy (%)", "gain, greedy (pts)", "before, sampled (%)",
+             "gain, sampled (pts)"])
         for arm, a in paired.items():
             bs, gs = a.get("before_paired_sampled"), a.get("gain_paired_sampled")
             lines.append(
@@ -288,10 +294,11 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
                 f"{_spread_pts(gs) if gs else '-'} |")
     curves = {arm: a["curve"] for arm, a in result["arms"].items() if a.get("curve")}
     if curves:
-        lines += ["", "Held-out success along the runs (seed means; the last row of an arm is "
-                  "each run's last step, which the wall-clock budget sets):", "",
-                  "| arm | step | runs | greedy (%) | sampled (%) | greedy query rate (%) | "
-                  "sampled query rate (%) |", "|---|---|---|---|---|---|---|"]
+        lines += _table_head(
+            "Held-out success along the runs (seed means; the last row of an arm is each run's "
+            "last step, which the wall-clock budget sets):",
+            ["arm", "step", "runs", "greedy (%)", "sampled (%)", "greedy query rate (%)",
+             "sampled query rate (%)"])
         for arm, curve in curves.items():
             for p in curve:
                 step = (f"last ({', '.join(map(str, p['last_steps']))})" if "last_steps" in p

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _loader():
-    spec = importlib.util.spec_from_file_location("bench_anchors", BENCH / "anchors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _figures(node: object) -> list[float]:
@@ -23,7 +15,7 @@ def _figures(node: object) -> list[float]:
     return [float(node)] if isinstance(node, int | float) else []
 
 
-def test_every_set_says_where_when_and_how() -> None:
+def test_every_set_says_where_when_and_how(bench_module) -> None:
     data = json.loads((BENCH / "anchors.json").read_text())
     assert data["default"] in data["sets"]
     for name, anchor_set in data["sets"].items():
@@ -32,7 +24,7 @@ def test_every_set_says_where_when_and_how() -> None:
         for key in ("where", "software", "model", "source", "commands"):
             assert measured[key], f"{name}: measured.{key} is empty"
         assert _figures(anchor_set), name
-    loaded = _loader().anchors()
+    loaded = bench_module("anchors").anchors()
     assert loaded["lora_step_tokens_per_s"]["8x4096"] == 14703
 
 

@@ -3,19 +3,7 @@ results section's table of it, on a learning run's JSON shape."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _report():
-    spec = importlib.util.spec_from_file_location("learning_report", BENCH / "learning_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(seed: int, before: float | None, after: float, sampled: float) -> dict:
@@ -27,8 +15,8 @@ def _run(seed: int, before: float | None, after: float, sampled: float) -> dict:
     return run
 
 
-def test_paired_gain_reads_each_run_against_its_own_before() -> None:
-    report = _report()
+def test_paired_gain_reads_each_run_against_its_own_before(bench_module) -> None:
+    report = bench_module("learning_report")
     runs = [_run(0, 0.0625, 0.03125, 0.25), _run(1, 0.125, 0.125, 0.3125),
             _run(2, None, 0.5, 0.5)]  # no before of its own (its re-eval failed): left out
     arm = report.aggregate({"shuffled": runs}, before=0.09375, before_sampled=0.25)["shuffled"]
@@ -49,6 +37,7 @@ def test_paired_gain_reads_each_run_against_its_own_before() -> None:
     assert "| shuffled | 2 | 9.4 | -1.6 (-3.1..0.0) | 25.0 | 3.1 (0.0..6.2) |" in section
 
 
-def test_no_paired_before_means_no_paired_gain() -> None:
-    arm = _report().aggregate({"grpo": [_run(0, None, 0.5, 0.5)]}, before=0.1)["grpo"]
+def test_no_paired_before_means_no_paired_gain(bench_module) -> None:
+    report = bench_module("learning_report")
+    arm = report.aggregate({"grpo": [_run(0, None, 0.5, 0.5)]}, before=0.1)["grpo"]
     assert "gain_paired" not in arm and "before_paired" not in arm
