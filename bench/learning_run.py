@@ -569,21 +569,31 @@ def base_trainer_config(args: argparse.Namespace) -> dict[str, Any]:
     return base
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    t0 = time.monotonic()
+def select_arms(args: argparse.Namespace) -> dict[str, Arm]:
+    """The arms to run: ``--arms`` picks among the built-in ones, and every ``--extra-arm``
+    runs as well (naming it in ``--arms`` is not needed: a subset that left out an arm asked
+    for on the same line would drop it without a word)."""
+
     arms = default_arms(args.control_seeds)
-    for extra in args.extra_arms:
-        arms[extra.name] = extra
     if args.arms:
         wanted = [x.strip() for x in args.arms.split(",") if x.strip()]
-        unknown = [x for x in wanted if x not in arms]
+        known = [*arms, *(e.name for e in args.extra_arms)]
+        unknown = [x for x in wanted if x not in known]
         if unknown:
-            raise SystemExit(f"unknown arm(s) {unknown}; known: {', '.join(arms)}")
-        arms = {k: arms[k] for k in wanted}
+            raise SystemExit(f"unknown arm(s) {unknown}; known: {', '.join(known)}")
+        arms = {k: arms[k] for k in wanted if k in arms}
+    for extra in args.extra_arms:
+        arms[extra.name] = extra
     if args.seeds:
         for arm in arms.values():
             arm.seeds = args.seeds
+    return arms
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.monotonic()
+    arms = select_arms(args)
     args.out.mkdir(parents=True, exist_ok=True)
     base_trainer = base_trainer_config(args)
     threads = max(1, (os.cpu_count() or 2) // (args.parallel + 1)) if args.device == "cpu" else 2

@@ -88,3 +88,22 @@ def test_engine_per_run_gives_each_run_its_own_engine(tmp_path: Path) -> None:
     assert {r["name"] for r in runs} == {"grpo-s4", "shuffled-s4"}
     for run in runs:
         assert run["before"]["n"] == result["setup"]["eval_n"], run["name"]
+
+
+def test_extra_arms_run_beside_an_arms_subset(bench_module) -> None:
+    """An --extra-arm is not dropped by an --arms list that does not name it (2026-12-06: the
+    GPU script's fixed --arms grpo,shuffled swallowed an overlap arm and a lease ran
+    without it); --seeds applies to it too; an unknown name still fails."""
+
+    lr = bench_module("learning_run")
+    args = lr.parse_args(["--arms", "grpo", "--seeds", "2",
+                          "--extra-arm", "overlap:train.max_staleness=1:3"])
+    arms = lr.select_arms(args)
+    assert list(arms) == ["grpo", "overlap"]
+    assert arms["overlap"].overrides == {"train": {"max_staleness": 1}}
+    assert [a.seeds for a in arms.values()] == [2, 2]
+    named = lr.select_arms(lr.parse_args(["--arms", "overlap,shuffled",
+                                          "--extra-arm", "overlap:train.lr=0.1:1"]))
+    assert list(named) == ["shuffled", "overlap"]
+    with pytest.raises(SystemExit, match="unknown arm"):
+        lr.select_arms(lr.parse_args(["--arms", "grpo,overlap"]))

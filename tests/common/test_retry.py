@@ -61,3 +61,14 @@ def test_delay_honours_retry_after_capped_and_backs_off_with_jitter() -> None:
     assert policy.delay(0, "2") == 2.0 and policy.delay(0, "60") == 4.0
     assert 0.5 <= policy.delay(0) <= 1.0 and 2.0 <= policy.delay(5) <= 4.0
     assert 0.5 <= policy.delay(0, "soon") <= 1.0
+
+
+def test_the_log_line_says_why_in_plain_text(caplog: pytest.LogCaptureFixture) -> None:
+    """A bench's stderr keeps the message only, not the extras: the reason is in it."""
+
+    with caplog.at_level("INFO", logger="mcprl_common.retry"):
+        run(Flaky(1), what="held-out rollout sc-1")
+    (record,) = [r for r in caplog.records if "retrying" in r.getMessage()]
+    assert record.getMessage().startswith("held-out rollout sc-1 failed, retrying in 0.0 s "
+                                          "(attempt 1): ConnectionError: failure 1")
+    assert record.reason == "ConnectionError: failure 1" and record.attempt == 1

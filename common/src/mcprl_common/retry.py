@@ -86,9 +86,13 @@ async def retry_call(
             if policy.window_s is not None:
                 wait = min(wait, policy.window_s - elapsed)
             wait = max(wait, 0.0)
-            log.log(log_level, "%s failed, retrying", what, extra={
-                **(log_extra or {}), "attempt": attempt + 1, "wait_s": round(wait, 3),
-                "reason": f"{type(exc).__name__}: {exc}"[:300]})
+            reason = f"{type(exc).__name__}: {exc}"[:300]
+            # The reason is in the message too: a plain-text log (a bench's stderr) keeps no
+            # extras, and "failed, retrying" alone cannot be acted on.
+            log.log(log_level, "%s failed, retrying in %.1f s (attempt %d): %s", what, wait,
+                    attempt + 1, reason, extra={
+                        **(log_extra or {}), "attempt": attempt + 1, "wait_s": round(wait, 3),
+                        "reason": reason})
             if on_retry is not None:
                 on_retry(FailedAttempt(attempt + 1, exc, wait))
             attempt += 1
