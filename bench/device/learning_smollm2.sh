@@ -18,12 +18,16 @@
 # `wait` that finds the run going brings back partial.tgz (the metrics and evals so far);
 # a lease lost between calls loses the run, so issue the next `wait` at once. What comes back: learning_run.json,
 # curves.png, results-section.md, the warm-start adapter and the logs (tarballs).
-# 2026-12-06 (H100, eight runs): three calls carried .whl + part-aa, part-ab, part-ac (the
-# last one also `start` + `wait 540`), a fourth `wait` ended it; 849 s from start to JSON, the
-# evals after the runs (after and curve points) ~5 min of it; --paired-before adds one each.
-# The next proof run, lr 0.1 from configs/smollm2.yaml, other seeds, six runs:
+# 2026-12-06 08:40 (H100, six runs, lr 0.05, seeds 11-13): three calls carried .whl + part-aa,
+# part-ab, part-ac (the last one also `start` + `wait 560`), a fourth `wait` ended it 250 s
+# later: 803 s from start to JSON, --paired-before included. A second run on the same lease
+# (`mv ~/lr ~/lr1` first) needs no GGUF again. ARMS picks the arms (an --extra-arm in
+# EXTRA_ARGS always runs). The next proof run, configs/smollm2.yaml (lr 0.05), other seeds:
 #   KV_CACHE_GB=3 BUDGET_S=450 WARM_START=demo/checkpoints/smollm2-warm-start \
-#     EXTRA_ARGS='--first-seed 11' bash bench/device/learning_smollm2.sh start
+#     EXTRA_ARGS='--first-seed 14' bash bench/device/learning_smollm2.sh start
+# Learning per minute with rollouts overlapped (issue 15), synchronous GRPO beside it:
+#   ARMS=grpo BUDGET_S=300 WARM_START=... EXTRA_ARGS='--first-seed 11 --no-paired-before
+#     --extra-arm overlap:train.max_staleness=1:3' bash bench/device/learning_smollm2.sh start
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SITE=$HOME/site PARTS=$HOME/parts RUN=$HOME/lr
@@ -35,7 +39,7 @@ if [ -n "${WARM_START:-}" ]; then WARM_ARGS=(--warm-start "$WARM_START")
 else WARM_ARGS=(--warmstart-config configs/warmstart-smollm2.yaml --reuse-warmstart-data); fi
 RUN_ARGS=(--device cuda --base-model models/smollm2-135m-instruct "${WARM_ARGS[@]}"
   --trainer-config configs/smollm2.yaml --sft-excludes entities --scenarios 400 --eval-max 48 --sampled-eval 2 --eval-concurrency 48
-  --curve-every 4 --curve-points 5 --arms grpo,shuffled --control-seeds 3 --engine-per-run
+  --curve-every 4 --curve-points 5 --arms "${ARMS:-grpo,shuffled}" --control-seeds 3 --engine-per-run
   ${EXTRA_ARGS:-} --budget-s "${BUDGET_S:-450}" --stop-grace-s 40 --parallel "${PARALLEL:-6}")
 # 7 trainers with 32k-token micro-batches beside the engine ran out of GPU memory at their
 # first update (CUBLAS_STATUS_ALLOC_FAILED); 5 with 8k-token micro-batches peak at ~7 GB each.
