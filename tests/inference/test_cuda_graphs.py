@@ -16,9 +16,10 @@ from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def _engine(model_path: Path, graphs: bool, dtype: str = "float32") -> LLMEngine:
+def _engine(model_path: Path, graphs: bool, dtype: str = "float32",
+            fuse: str = "auto") -> LLMEngine:
     cfg = EngineConfig(device="cuda", dtype=dtype, max_batch_size=16, max_model_len=512,
-                       cuda_graphs=graphs)
+                       cuda_graphs=graphs, fuse=fuse)
     return LLMEngine.from_pretrained(str(model_path), cfg).start()
 
 
@@ -45,15 +46,19 @@ def _reference(model, prompt: list[int], completion: list[int]) -> list[float]:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("fuse", ["norm", "norm+rotary"])
 @pytest.mark.parametrize("model_fixture", ["tiny_test_model", "smollm2_model"])
-def test_graph_decode_matches_forward_and_eager(model_fixture: str, request) -> None:
-    """Qwen2 (tiny-test) and Llama (SmolLM2): the two architectures the project serves."""
+def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, request) -> None:
+    """Qwen2 (tiny-test) and Llama (SmolLM2): the two architectures the project serves; with
+    the CUDA default's fused RMSNorm, and with the compiled rotary embedding captured in the
+    graphs too."""
 
     tiny_test_model: Path = request.getfixturevalue(model_fixture)
     torch.backends.cuda.matmul.allow_tf32 = False
     prompts = _prompts(21)  # > max_batch_size: slots are reused, rows compacted mid-flight
-    graphs = _engine(tiny_test_model, graphs=True)
+    graphs = _engine(tiny_test_model, graphs=True, fuse=fuse)
     try:
+        assert ("rotary (torch.compile)" in graphs.runner.fusions) == ("rotary" in fuse)
         outs = _run(graphs, prompts, seed=3)
         assert graphs.runner.graph_captures > 0
         for p, o in zip(prompts, outs, strict=True):

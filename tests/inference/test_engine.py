@@ -108,17 +108,23 @@ def test_repetition_penalty_changes_greedy_choice(engine) -> None:
     assert plain.logprobs != strong.logprobs or plain.token_ids != strong.token_ids
 
 
-@pytest.mark.timeout(60)
-def test_fused_rms_norm_path_matches_forward(tiny_test_model: Path, ref_logprobs) -> None:
-    """The CUDA default's fused RMSNorm, exercised on the CPU against plain transformers."""
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("fuse", ["norm", "norm+rotary"])
+def test_fused_decode_paths_match_forward(tiny_test_model: Path, ref_logprobs, fuse: str,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """The CUDA default's fused RMSNorm, and with it the compiled rotary embedding (inductor
+    on the CPU here), against plain transformers; the model's module keeps its eager rotary
+    outside the engine's passes (the reference below runs through it)."""
 
-    eng = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse="norm")).start()
+    eng = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse=fuse)).start()
     try:
         assert eng.runner.fusions and eng.runner.fusions[0].startswith("rms_norm")
+        assert ("rotary (torch.compile)" in eng.runner.fusions) == ("rotary" in fuse)
         prompt = _prompts(3)[2]
         out = eng.add_request(prompt, SamplingParams(max_tokens=8, seed=4, ignore_eos=True)
                               ).result(60).outputs[0]
         assert out.logprobs == pytest.approx(ref_logprobs(prompt, out.token_ids), abs=1e-4)
+        assert "compiled rotary failed" not in caplog.text  # it ran, no eager fallback
     finally:
         eng.shutdown()
 
