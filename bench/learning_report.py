@@ -13,6 +13,9 @@ from typing import Any
 # issue asks for when RL does not lift success (reward variance, advantages, clipping, KL).
 STEP_METRICS = ("reward_mean", "reward_std", "success_rate", "adv_mean", "adv_std",
                 "adv_abs_mean", "clip_fraction", "kl", "loss", "grad_norm", "step_seconds")
+# The issue's bar: held-out success this far above the warm start; how soon each arm's runs
+# first reach it (in RL minutes) is the per-minute comparison of arms (e.g. overlap vs sync).
+GAIN_BAR = 0.20
 SECTION_BEGIN = "<!-- learning-run:begin (bench/learning_run.py --write-docs) -->"
 SECTION_END = "<!-- learning-run:end -->"
 
@@ -51,6 +54,29 @@ def summarize_steps(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def rl_minutes(rows: list[dict[str, Any]]) -> dict[int, float]:
+    """Minutes of RL at the end of each step: the steps' own seconds summed (the trainer's
+    start-up and the evals after the run excluded), the clock a per-minute comparison of
+    arms needs (an overlapped arm makes its steps shorter, not fewer)."""
+
+    out: dict[int, float] = {}
+    total = 0.0
+    for r in rows:
+        total += float(r.get("step_seconds") or 0.0)
+        out[int(r["step"])] = round(total / 60, 3)
+    return out
+
+
+def minutes_to_gain(run: dict[str, Any], before: float, gain: float) -> float | None:
+    """RL minutes at the first held-out eval of ``run`` whose greedy success is ``gain`` above
+    ``before`` (None: never, or a curve without minutes)."""
+
+    for p in run.get("curve") or []:
+        if p.get("minutes") is not None and p["greedy"] - before >= gain - 1e-9:
+            return float(p["minutes"])
+    return None
+
+
 def curve_point(res: dict[str, Any]) -> dict[str, Any]:
     """One point of a held-out curve from a ``heldout()`` result."""
 
@@ -67,10 +93,10 @@ def mean_curve(runs: list[dict[str, Any]], before: dict[str, Any] | None) -> lis
 
     curves = [run.get("curve") or [] for run in runs]
     curves = [c for c in curves if c]
-    out = [{"step": 0, **curve_point(before), "n": len(curves)}] if before else []
+    out = [{"step": 0, "minutes": 0.0, **curve_point(before), "n": len(curves)}] if before else []
     if not curves:
         return out
-    keys = ("greedy", "sampled", "query_rate", "sampled_query_rate")
+    keys = ("minutes", "greedy", "sampled", "query_rate", "sampled_query_rate")
 
     def row(step: float, pts: list[dict[str, Any]]) -> dict[str, Any]:
         r: dict[str, Any] = {"step": step, "n": len(pts)}
@@ -111,6 +137,10 @@ def aggregate(arms: dict[str, list[dict[str, Any]]], before: float,
         }
         if any(r.get("curve") for r in ok):
             out[arm]["curve"] = mean_curve(ok, before_row)
+            reached = [m for r in ok if r.get("curve")
+                       if (m := minutes_to_gain(r, before, GAIN_BAR)) is not None]
+            out[arm]["minutes_to_bar"] = {"gain": GAIN_BAR, "runs": len(
+                [r for r in ok if r.get("curve")]), **spread(reached)}
         sampled = [r["after"]["sampled_success_rate"] for r in ok
                    if r["after"].get("sampled_success_rate") is not None]
         if sampled and before_sampled is not None:
@@ -297,15 +327,25 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
         lines += _table_head(
             "Held-out success along the runs (seed means; the last row of an arm is each run's "
             "last step, which the wall-clock budget sets):",
-            ["arm", "step", "runs", "greedy (%)", "sampled (%)", "greedy query rate (%)",
-             "sampled query rate (%)"])
+            ["arm", "step", "RL minutes", "runs", "greedy (%)", "sampled (%)",
+             "greedy query rate (%)", "sampled query rate (%)"])
         for arm, curve in curves.items():
             for p in curve:
                 step = (f"last ({', '.join(map(str, p['last_steps']))})" if "last_steps" in p
                         else str(p["step"]))
-                lines.append(f"| {arm} | {step} | {p['n']} | {_pct(p['greedy'])} | "
+                minutes = f"{p['minutes']:.1f}" if p.get("minutes") is not None else "-"
+                lines.append(f"| {arm} | {step} | {minutes} | {p['n']} | {_pct(p['greedy'])} | "
                              f"{_pct(p['sampled'])} | {_pct(p['query_rate'])} | "
                              f"{_pct(p['sampled_query_rate'])} |")
+        lines += ["", f"First held-out eval {_pct(GAIN_BAR)} points above the warm start "
+                  "(greedy), in RL minutes (the steps' own time):", ""]
+        for arm, a in result["arms"].items():
+            bar = a.get("minutes_to_bar")
+            if bar is None:
+                continue
+            when = (f"{bar['mean']:.1f} min ({bar['min']:.1f}..{bar['max']:.1f})"
+                    if bar["n"] else "never")
+            lines.append(f"- {arm}: {when}, {bar['n']} of {bar['runs']} runs")
     lines += ["", "Comparisons (difference of mean held-out success, points):", ""]
     for name, value in result["comparisons"].items():
         lines.append(f"- {name}: {_pct(value)}")
@@ -330,16 +370,25 @@ def write_results_section(doc: Path, section: str) -> None:
     tmp.replace(doc)
 
 
-def rebuild(result: dict[str, Any]) -> dict[str, Any]:
-    """Recompute the per-arm curves of a saved learning_run.json (after a change here)."""
+def rebuild(result: dict[str, Any], runs_dir: Path | None = None) -> dict[str, Any]:
+    """Recompute the per-arm curves of a saved learning_run.json (after a change here);
+    ``runs_dir`` (the run's ``runs/``, with each run's metrics.jsonl) adds the RL minutes to
+    curve points saved without them."""
 
     by_arm: dict[str, list[dict[str, Any]]] = {}
     for run in result["runs"]:
         by_arm.setdefault(run["arm"], []).append(run)
+        if runs_dir is not None and run.get("curve"):
+            minutes = rl_minutes(read_jsonl(runs_dir / run["name"] / "metrics.jsonl"))
+            for p in run["curve"]:
+                p.setdefault("minutes", minutes.get(int(p["step"])))
     for arm, runs in by_arm.items():
         ok = [r for r in runs if r.get("after") is not None]
         if arm in result["arms"] and any(r.get("curve") for r in ok):
-            result["arms"][arm]["curve"] = mean_curve(ok, result["before"])
+            fresh = aggregate({arm: ok}, result["before"]["success_rate"],
+                              before_row=result["before"])[arm]
+            result["arms"][arm]["curve"] = fresh["curve"]
+            result["arms"][arm]["minutes_to_bar"] = fresh["minutes_to_bar"]
     return result
 
 
@@ -355,8 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docs", type=Path, help="replace the learning-run section of this file")
     p.add_argument("--png-link", help="the figure's path as the docs link it")
     p.add_argument("--command", default="", help="the command that made the run")
+    p.add_argument("--runs-dir", type=Path, help="the run's runs/ folder (each run's "
+                   "metrics.jsonl): adds RL minutes to curves saved without them")
     args = p.parse_args(argv)
-    result = rebuild(json.loads(args.json.read_text()))
+    result = rebuild(json.loads(args.json.read_text()), args.runs_dir)
     args.json.write_text(json.dumps(result, indent=2, default=str))
     by_arm: dict[str, list[dict[str, Any]]] = {}
     for run in result["runs"]:

@@ -41,3 +41,40 @@ def test_no_paired_before_means_no_paired_gain(bench_module) -> None:
     report = bench_module("learning_report")
     arm = report.aggregate({"grpo": [_run(0, None, 0.5, 0.5)]}, before=0.1)["grpo"]
     assert "gain_paired" not in arm and "before_paired" not in arm
+
+
+def test_curves_carry_rl_minutes_and_the_time_to_the_bar(bench_module) -> None:
+    """Per-minute comparison of arms (issue 15: an overlapped arm must learn at least as well
+    per minute): curve points carry the RL minutes of their step, and each arm says when its
+    runs first stood 20 points above the warm start."""
+
+    report = bench_module("learning_report")
+    rows = [{"step": 1, "step_seconds": 30.0}, {"step": 2, "step_seconds": 15.0},
+            {"step": 3, "step_seconds": 45.0}]
+    assert report.rl_minutes(rows) == {1: 0.5, 2: 0.75, 3: 1.5}
+
+    def run(arm: str, points: list[tuple[int, float, float]]) -> dict:
+        return {"arm": arm, "steps_per_minute": 2.0, "train": {"steps": 3},
+                "after": {"success_rate": points[-1][2]},
+                "curve": [{"step": s, "minutes": m, "greedy": g, "sampled": None,
+                           "query_rate": None, "sampled_query_rate": None}
+                          for s, m, g in points]}
+
+    fast = run("overlap", [(1, 0.5, 0.25), (2, 0.8, 0.4), (3, 1.2, 0.45)])
+    slow = run("overlap", [(1, 0.6, 0.1), (2, 1.0, 0.3), (3, 1.5, 0.45)])
+    flat = run("grpo", [(1, 0.5, 0.1), (2, 1.0, 0.2), (3, 1.5, 0.25)])
+    before = {"success_rate": 0.1}
+    arms = report.aggregate({"overlap": [fast, slow], "grpo": [flat]}, 0.1, before_row=before)
+    bar = arms["overlap"]["minutes_to_bar"]
+    assert (bar["n"], bar["runs"], bar["min"], bar["max"]) == (2, 2, 0.8, 1.0)
+    assert arms["grpo"]["minutes_to_bar"]["n"] == 0  # 0.25 - 0.1 stays below 20 points
+    assert [p["minutes"] for p in arms["overlap"]["curve"]] == pytest.approx([0.0, 0.55, 0.9, 1.35])
+    result = {"setup": {"warm_start": "w", "db_seed": 42, "train": 1, "val": 1, "eval_n": 1,
+                        "val_templates": [], "budget_s": 1, "max_steps": 1, "group_size": 8,
+                        "groups_per_step": 4, "lr": 0.1, "parallel": 1},
+              "finished_at": "now", "device": "cpu", "json_path": "x.json",
+              "before": before, "arms": arms, "comparisons": {}}
+    section = report.results_section(result, "python3 bench/learning_run.py", None)
+    assert "| overlap | 2 | 0.9 | 2 | 35.0 |" in section
+    assert "- overlap: 0.9 min (0.8..1.0), 2 of 2 runs" in section
+    assert "- grpo: never, 0 of 1 runs" in section
