@@ -88,6 +88,21 @@ def _result_text(result: Any) -> str:
     return "\n".join(parts)
 
 
+def _unsendable(arguments: Any) -> str | None:
+    """Why ``arguments`` cannot go out as a ``tools/call`` (None: they can). The client would
+    fail on them before sending and report a broken session, which the rollout's retry takes
+    for the server's fault: a JSON string with a lone surrogate escape (``"\\ud83d"``, valid
+    JSON, not encodable as UTF-8) closed the session in a test."""
+
+    if not isinstance(arguments, dict):
+        return f"must be a JSON object, not {type(arguments).__name__}"
+    try:
+        json.dumps(arguments, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        return f"cannot be sent as JSON text ({type(exc).__name__}: {str(exc)[:120]})"
+    return None
+
+
 class McpSession:
     """One open MCP session: lists tools once and calls them with a timeout."""
 
@@ -108,11 +123,16 @@ class McpSession:
 
         return [*self.tools, COMPLETE_TASK_SCHEMA]
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+    async def call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         if name not in self.names:
             known = ", ".join(sorted(self.names | {COMPLETE_TASK}))
             return ToolResult(f"Error: unknown tool {name!r}. Available tools: {known}.",
                               True, "unknown_tool")
+        arguments = {} if arguments is None else arguments
+        problem = _unsendable(arguments)
+        if problem is not None:  # the agent's mistake: never sent, so never a dropped session
+            return ToolResult(f"Error: the arguments of {name!r} {problem}.", True,
+                              "bad_arguments")
         try:
             result = await asyncio.wait_for(
                 self.client.call_tool(name, arguments, raise_on_error=False,
