@@ -137,10 +137,13 @@ def aggregate(arms: dict[str, list[dict[str, Any]]], before: float,
         }
         if any(r.get("curve") for r in ok):
             out[arm]["curve"] = mean_curve(ok, before_row)
-            reached = [m for r in ok if r.get("curve")
-                       if (m := minutes_to_gain(r, before, GAIN_BAR)) is not None]
-            out[arm]["minutes_to_bar"] = {"gain": GAIN_BAR, "runs": len(
-                [r for r in ok if r.get("curve")]), **spread(reached)}
+            # Runs saved before curves had minutes give no time (not "never reached").
+            timed = [r for r in ok if any(p.get("minutes") is not None for p in r["curve"] or [])]
+            if timed:
+                reached = [m for r in timed
+                           if (m := minutes_to_gain(r, before, GAIN_BAR)) is not None]
+                out[arm]["minutes_to_bar"] = {"gain": GAIN_BAR, "runs": len(timed),
+                                              **spread(reached)}
         sampled = [r["after"]["sampled_success_rate"] for r in ok
                    if r["after"].get("sampled_success_rate") is not None]
         if sampled and before_sampled is not None:
@@ -337,12 +340,12 @@ def results_section(result: dict[str, Any], command: str, png: str | None) -> st
                 lines.append(f"| {arm} | {step} | {minutes} | {p['n']} | {_pct(p['greedy'])} | "
                              f"{_pct(p['sampled'])} | {_pct(p['query_rate'])} | "
                              f"{_pct(p['sampled_query_rate'])} |")
-        lines += ["", f"First held-out eval {_pct(GAIN_BAR)} points above the warm start "
-                  "(greedy), in RL minutes (the steps' own time):", ""]
-        for arm, a in result["arms"].items():
-            bar = a.get("minutes_to_bar")
-            if bar is None:
-                continue
+        bars = {arm: a["minutes_to_bar"] for arm, a in result["arms"].items()
+                if a.get("minutes_to_bar")}
+        if bars:
+            lines += ["", f"First held-out eval {_pct(GAIN_BAR)} points above the warm start "
+                      "(greedy), in RL minutes (the steps' own time):", ""]
+        for arm, bar in bars.items():
             when = (f"{bar['mean']:.1f} min ({bar['min']:.1f}..{bar['max']:.1f})"
                     if bar["n"] else "never")
             lines.append(f"- {arm}: {when}, {bar['n']} of {bar['runs']} runs")
@@ -388,7 +391,8 @@ def rebuild(result: dict[str, Any], runs_dir: Path | None = None) -> dict[str, A
             fresh = aggregate({arm: ok}, result["before"]["success_rate"],
                               before_row=result["before"])[arm]
             result["arms"][arm]["curve"] = fresh["curve"]
-            result["arms"][arm]["minutes_to_bar"] = fresh["minutes_to_bar"]
+            if "minutes_to_bar" in fresh:
+                result["arms"][arm]["minutes_to_bar"] = fresh["minutes_to_bar"]
     return result
 
 

@@ -78,3 +78,7 @@ def test_curves_carry_rl_minutes_and_the_time_to_the_bar(bench_module) -> None:
     assert "| overlap | 2 | 0.9 | 2 | 35.0 |" in section
     assert "- overlap: 0.9 min (0.8..1.0), 2 of 2 runs" in section
     assert "- grpo: never, 0 of 1 runs" in section
+    for p in flat["curve"]:  # a run saved before curves had minutes: no time, not "never"
+        del p["minutes"]
+    untimed = report.aggregate({"grpo": [flat]}, 0.1, before_row=before)["grpo"]
+    assert "minutes_to_bar" not in untimed and untimed["curve"][1]["minutes"] is None
