@@ -151,3 +151,38 @@ def test_a_failed_admission_fails_its_requests_and_serving_goes_on(engine, monke
         failed.result(10)
     out = engine.add_request(_prompts(2)[1], params).result(30)
     assert len(out.outputs[0].token_ids) == 4 and len(calls) >= 2
+
+
+@pytest.mark.timeout(180)
+def test_an_engine_without_rotary_keeps_the_eager_one_beside_one_with_it(
+        tiny_test_model: Path, ref_logprobs) -> None:
+    """The compiled rotary is patched into the model class's module, which every engine of
+    the process shares: only the engines installed with it may run it, whichever came first."""
+
+    import sys
+
+    fused = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse="norm+rotary"))
+    plain = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse="none")).start()
+    fused.start()
+    patched = sys.modules[type(fused.model.model.layers[0].self_attn).__module__]
+    state = patched.apply_rotary_pos_emb._mcprl_state
+    compiled, calls = state["fn"], []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return compiled(*args, **kwargs)
+
+    state["fn"] = spy
+    try:
+        assert "rotary (torch.compile)" in fused.runner.fusions and not plain.runner.fusions
+        prompt = _prompts(3)[1]
+        params = SamplingParams(max_tokens=6, seed=1, ignore_eos=True)
+        out = plain.add_request(prompt, params).result(60).outputs[0]
+        assert not calls  # the plain engine ran its passes with the eager rotary
+        assert out.logprobs == pytest.approx(ref_logprobs(prompt, out.token_ids), abs=1e-4)
+        again = fused.add_request(prompt, params).result(60).outputs[0]
+        assert calls and again.token_ids == out.token_ids
+    finally:
+        state["fn"] = compiled
+        fused.shutdown()
+        plain.shutdown()

@@ -5,6 +5,11 @@ is ~7 elementwise kernels and rotary embeddings ~10 per layer. While the engine'
 run (``active()``), allow-listed RMSNorm modules use PyTorch's fused ``rms_norm`` and, with
 ``rotary``, the model's ``apply_rotary_pos_emb`` is replaced by a ``torch.compile``d one.
 Outside the engine (training, plain ``generate``) the model behaves exactly as before.
+
+The rotary function is patched in the model's module, which every model of that class in
+the process shares; so what is active is per thread (a context variable, each engine steps
+in its own thread) and names the fusions of the engine that runs: an engine installed
+without ``rotary`` keeps the eager one even after another engine patched the module.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -22,24 +28,33 @@ log = logging.getLogger(__name__)
 
 # RMSNorm classes computing weight * x / rms(x) (not Gemma's (1 + weight)).
 _NORMS = {"Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm", "Qwen3RMSNorm", "Qwen2MoeRMSNorm"}
-_ACTIVE = {"on": False}
+NORM, ROTARY = "norm", "rotary"
+_ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
 
 
 @contextlib.contextmanager
-def active() -> Iterator[None]:
-    previous = _ACTIVE["on"]
-    _ACTIVE["on"] = True
+def active(kinds: frozenset[str] = frozenset({NORM, ROTARY})) -> Iterator[None]:
+    """Within the block, in this thread, the fusions ``kinds`` run where installed."""
+
+    token = _ACTIVE.set(frozenset(kinds))
     try:
         yield
     finally:
-        _ACTIVE["on"] = previous
+        _ACTIVE.reset(token)
 
 
 def _norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-    if not _ACTIVE["on"]:
+    if NORM not in _ACTIVE.get():
         return type(self).forward(self, hidden_states)
     return F.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight,
                       self.variance_epsilon)
+
+
+def kinds(done: list[str]) -> frozenset[str]:
+    """The fusion kinds behind :func:`install`'s labels (``rms_norm x61`` -> ``norm``)."""
+
+    return frozenset(kind for kind, label in ((NORM, "rms_norm"), (ROTARY, "rotary"))
+                     if any(d.startswith(label) for d in done))
 
 
 def install(model: Any, *, norm: bool = True, rotary: bool = False) -> list[str]:
@@ -63,7 +78,7 @@ def install(model: Any, *, norm: bool = True, rotary: bool = False) -> list[str]
                                                          fullgraph=True)}
 
             def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
-                if not _ACTIVE["on"]:
+                if ROTARY not in _ACTIVE.get():
                     return original(*args, **kwargs)
                 try:
                     return state["fn"](*args, **kwargs)
@@ -75,7 +90,9 @@ def install(model: Any, *, norm: bool = True, rotary: bool = False) -> list[str]
                     return original(*args, **kwargs)
 
             apply_rotary_pos_emb._mcprl_patched = True  # type: ignore[attr-defined]
+            apply_rotary_pos_emb._mcprl_state = state  # type: ignore[attr-defined]
             mod.apply_rotary_pos_emb = apply_rotary_pos_emb
+        if original is not None:  # patched here or by an earlier engine: this one uses it
             done.append("rotary (torch.compile)")
     if done:
         log.info("decode fusions installed", extra={"fusions": done})

@@ -48,6 +48,7 @@ class ModelRunner:
         if fuse == "auto":
             fuse = "norm" if device.type == "cuda" else "none"
         self.fusions = fusions.install(model, norm="norm" in fuse, rotary="rotary" in fuse)
+        self._fused = fusions.kinds(self.fusions)  # what active() turns on for this model
         set_decode_kernel("sdpa" if decode_attention == "auto" else decode_attention)
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = model
@@ -141,7 +142,7 @@ class ModelRunner:
         # single mask, Qwen2's per-layer-type mapping alike). A dict is only understood by
         # models with layer types: Llama passed it to its mask builder, which returns None
         # for a custom attention, and decode then attended to stale cache positions.
-        with fusions.active():
+        with fusions.active(self._fused):
             out = self.decoder(input_ids=input_ids, position_ids=position_ids,
                                attention_mask=mask, past_key_values=self.cache, use_cache=True)
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
