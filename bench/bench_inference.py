@@ -2,7 +2,8 @@
 
 CPU (default): the tiny models at batch 1/8/32. ``--engines ours,lora-merged,lora-unmerged``
 adds our engine serving a LoRA adapter, merged into the weights and unmerged (the engine's
-own LoRA branch, ``engine/lora_layers.py``).
+own LoRA branch, ``engine/lora_layers.py``). ``--fuse norm,norm+rotary`` runs one engine per
+fused-kernel setting, side by side, each on its own copy of the model.
 GPU (the H200 figures in bench/anchors.json)::
 
     python bench/bench_inference.py --device cuda --model-shape qwen2.5-3b
@@ -163,9 +164,13 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
             max_model_len=args.prompt_len + args.new_tokens + 16,
             cuda_graphs=not args.no_graphs, decode_attention=args.decode_attention,
             max_prefill_tokens=args.max_prefill_tokens, profile=args.profile,
-            fuse=args.fuse, **extra)).start()
+            **{"fuse": args.fuse[0], **extra})).start()
 
+    # Copies first: an engine patches its model's norm modules in place. Which fusions run
+    # is decided per engine, so the settings can share the process (and the GPU, in turn).
+    copies = {f: copy.deepcopy(model) for f in args.fuse[1:]}
     engine = make(model)
+    fused = {f: make(m, fuse=f) for f, m in copies.items()}
     loras = lora_engines(model, args, make)
     rows = []
     try:
@@ -177,6 +182,10 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                 cold = run_engine(engine, prompts, args.new_tokens)
                 row["ours"] = run_engine(engine, prompts, args.new_tokens)
                 row["ours"]["first_run_tokens_per_s"] = cold["tokens_per_s"]
+            for setting, fused_engine in fused.items():
+                run_engine(fused_engine, prompts, args.new_tokens)  # warm-up, compiles
+                row[f"fuse:{setting}"] = run_engine(fused_engine, prompts, args.new_tokens)
+                row[f"fuse:{setting}"]["fusions"] = fused_engine.runner.fusions
             for mode, lora_engine in loras.items():
                 run_engine(lora_engine, prompts, args.new_tokens, "policy")  # warm-up
                 row[f"lora-{mode}"] = run_engine(lora_engine, prompts, args.new_tokens, "policy")
@@ -191,17 +200,33 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                 floor = decode_floor(model, batch, args.prompt_len + args.new_tokens,
                                      engine.runner.cache.bytes_per_token)
                 row["decode_floor"] = floor
+                for key in ("ours", *(f"fuse:{f}" for f in fused)):
+                    if key in row:
+                        row[key]["share_of_floor_step"] = round(
+                            floor["ms_per_decode_step"] / row[key]["ms_per_decode_step"], 3)
                 if "ours" in row:
-                    row["ours_share_of_floor_step"] = round(
-                        floor["ms_per_decode_step"] / row["ours"]["ms_per_decode_step"], 3)
+                    row["ours_share_of_floor_step"] = row["ours"]["share_of_floor_step"]
             rows.append(row)
             print(json.dumps({"model": name, **row}), file=sys.stderr, flush=True)
     finally:
         engine.shutdown()
-        for lora_engine in loras.values():
-            lora_engine.shutdown()
+        for other in (*fused.values(), *loras.values()):
+            other.shutdown()
     return {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
-            "graph_captures": engine.runner.graph_captures, "rows": rows}
+            "graph_captures": engine.runner.graph_captures, "fusions": engine.runner.fusions,
+            "rows": rows}
+
+
+FUSE_SETTINGS = ("auto", "none", "norm", "norm+rotary")
+
+
+def _fuse_list(text: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in FUSE_SETTINGS]
+    if not items or bad:
+        raise argparse.ArgumentTypeError(
+            f"--fuse takes {', '.join(FUSE_SETTINGS)} (comma-separated), got {text!r}")
+    return items
 
 
 def main() -> None:
@@ -222,8 +247,11 @@ def main() -> None:
     ap.add_argument("--no-graphs", action="store_true", help="disable CUDA graphs (ablation)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "sdpa", "matmul"])
     ap.add_argument("--max-prefill-tokens", type=int, default=None)
-    ap.add_argument("--fuse", default="auto", choices=["auto", "none", "norm", "norm+rotary"],
-                    help="fused decode kernels (see mcprl_inference.engine.fusions)")
+    ap.add_argument("--fuse", default="auto", type=_fuse_list,
+                    help="fused decode kernels (mcprl_inference.engine.fusions): auto, none, "
+                         "norm or norm+rotary; a comma-separated list runs one engine per "
+                         "setting side by side, each on its own copy of the model ('ours' is "
+                         "the first, the others are rows 'fuse:<setting>')")
     ap.add_argument("--profile", action="store_true",
                     help="CUDA: split ms per decode step into forward and sampling")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")

@@ -1,0 +1,39 @@
+"""bench/bench_inference.py on the CPU: fused-kernel settings side by side in one process,
+one engine each on its own copy of the model (what the 2026-12-06 H100 comparison had to
+run as two processes, before fusions were decided per engine)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(180)
+def test_fuse_settings_run_side_by_side() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_inference.py"), "--model",
+         str(ROOT / "models" / "tiny-test"), "--engines", "ours", "--fuse", "none,norm+rotary",
+         "--batches", "2", "--prompt-len", "8", "--new-tokens", "4", "--threads", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["fuse"] == ["none", "norm+rotary"]
+    (result,) = report["results"]
+    assert result["fusions"] == []  # the first setting's engine: nothing fused
+    (row,) = result["rows"]
+    for key in ("ours", "fuse:norm+rotary"):
+        assert row[key]["generated_tokens"] == 8 and row[key]["tokens_per_s"] > 0
+    assert row["fuse:norm+rotary"]["fusions"] == ["rms_norm x7", "rotary (torch.compile)"]
+
+
+def test_an_unknown_fuse_setting_is_refused() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_inference.py"), "--fuse", "norm,fast"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--fuse takes auto, none, norm, norm+rotary" in proc.stderr
