@@ -159,12 +159,13 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
     vocab = model.get_output_embeddings().weight.shape[0]
 
     def make(m: Any, **extra: Any) -> LLMEngine:
+        extra.setdefault("fuse", args.fuse[0])
         return LLMEngine(m, None, EngineConfig(
             max_batch_size=max(args.batches),
             max_model_len=args.prompt_len + args.new_tokens + 16,
             cuda_graphs=not args.no_graphs, decode_attention=args.decode_attention,
             max_prefill_tokens=args.max_prefill_tokens, profile=args.profile,
-            **{"fuse": args.fuse[0], **extra})).start()
+            **extra)).start()
 
     # Copies first: an engine patches its model's norm modules in place. Which fusions run
     # is decided per engine, so the settings can share the process (and the GPU, in turn).

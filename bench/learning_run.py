@@ -426,15 +426,17 @@ def _run_one(ctx: Ctx, arm: Arm, seed: int, engine_url: str) -> dict[str, Any]:
                               and c.step != latest.step], a.curve_points)
         run["curve"] = []
         minutes = report.rl_minutes(rows)
+
+        def point(step: int, res: dict[str, Any]) -> dict[str, Any]:
+            return {"step": step, "minutes": minutes.get(step), **report.curve_point(res)}
+
         for c in points:  # a point that cannot be evaluated is named, not fatal to the run
             try:
-                point = asyncio.run(evaluate(c.step, str(c.path.resolve())))
-                run["curve"].append({"step": c.step, "minutes": minutes.get(c.step),
-                                     **report.curve_point(point)})
+                run["curve"].append(point(c.step, asyncio.run(
+                    evaluate(c.step, str(c.path.resolve())))))
             except Exception as exc:
                 run.setdefault("curve_errors", []).append(f"step {c.step}: {exc!r}")
-        run["curve"].append({"step": latest.step, "minutes": minutes.get(latest.step),
-                             **report.curve_point(run["after"])})
+        run["curve"].append(point(latest.step, run["after"]))
     say(f"{cfg['name']}: {len(rows)} steps in {seconds:.0f}s, held-out success "
         f"{run['after']['success_rate']:.3f}")
     return run

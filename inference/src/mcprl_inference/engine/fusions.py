@@ -50,13 +50,6 @@ def _norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
                       self.variance_epsilon)
 
 
-def kinds(done: list[str]) -> frozenset[str]:
-    """The fusion kinds behind :func:`install`'s labels (``rms_norm x61`` -> ``norm``)."""
-
-    return frozenset(kind for kind, label in ((NORM, "rms_norm"), (ROTARY, "rotary"))
-                     if any(d.startswith(label) for d in done))
-
-
 def install(model: Any, *, norm: bool = True, rotary: bool = False) -> list[str]:
     """Patch ``model`` in place; returns what was fused."""
 

@@ -47,8 +47,10 @@ class ModelRunner:
         register_attention()
         if fuse == "auto":
             fuse = "norm" if device.type == "cuda" else "none"
-        self.fusions = fusions.install(model, norm="norm" in fuse, rotary="rotary" in fuse)
-        self._fused = fusions.kinds(self.fusions)  # what active() turns on for this model
+        # What active() turns on for this model (a kind install() found nothing for is a no-op).
+        self._fused = frozenset(k for k in (fusions.NORM, fusions.ROTARY) if k in fuse)
+        self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
+                                       rotary=fusions.ROTARY in self._fused)
         set_decode_kernel("sdpa" if decode_attention == "auto" else decode_attention)
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = model
