@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO / "inference" / "src"))
 
 import torch  # noqa: E402
 from anchors import anchors  # noqa: E402  (bench/, the script's own folder)
+from kernel_profile import kernel_profile  # noqa: E402
 from model_shapes import QWEN25_3B  # noqa: E402
 
 from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
@@ -207,6 +208,12 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                             floor["ms_per_decode_step"] / row[key]["ms_per_decode_step"], 3)
                 if "ours" in row:
                     row["ours_share_of_floor_step"] = row["ours"]["share_of_floor_step"]
+            if args.kernel_profile and device.type == "cuda":
+                engines = {"ours": engine, **{f"fuse:{f}": e for f, e in fused.items()},
+                           **{f"lora-{m}": e for m, e in loras.items()}}
+                row["kernel_profile"] = {key: decode_profile(e, batch, args.prompt_len
+                                                             + args.new_tokens // 2)
+                                         for key, e in engines.items()}
             rows.append(row)
             print(json.dumps({"model": name, **row}), file=sys.stderr, flush=True)
     finally:
@@ -216,6 +223,32 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
     return {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
             "graph_captures": engine.runner.graph_captures, "fusions": engine.runner.fusions,
             "rows": rows}
+
+
+def decode_profile(engine: LLMEngine, batch: int, position: int) -> dict[str, Any]:
+    """Kernels of one decode step at ``batch`` rows, ``position`` tokens in: as the engine
+    replays it (CUDA graph) and eager, straight through the idle engine's model runner."""
+
+    runner = engine.runner
+    tokens = torch.zeros(batch, dtype=torch.long, device=engine.device)
+    positions = torch.full((batch,), position, dtype=torch.long, device=engine.device)
+    key = engine.lora.graph_key()
+
+    def step() -> None:
+        runner.decode(tokens, positions, position, key)
+
+    out = {}
+    graphs = runner.use_graphs
+    for label, use in (("graph", graphs), ("eager", False)):
+        if label == "graph" and not graphs:
+            continue
+        runner.use_graphs = use
+        try:
+            step()  # capture or warm up at this attention length
+            out[label] = kernel_profile(step, reps=10)
+        finally:
+            runner.use_graphs = graphs
+    return out
 
 
 FUSE_SETTINGS = ("auto", "none", "norm", "norm+rotary")
@@ -255,6 +288,9 @@ def main() -> None:
                          "the first, the others are rows 'fuse:<setting>')")
     ap.add_argument("--profile", action="store_true",
                     help="CUDA: split ms per decode step into forward and sampling")
+    ap.add_argument("--kernel-profile", action="store_true",
+                    help="CUDA: per engine and batch, the kernels of one decode step by class "
+                         "(bench/kernel_profile.py), replayed from its graph and eager")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--layers", type=int, default=None,
                     help="override the layer count of --model-shape qwen2.5-3b (smoke tests)")

@@ -18,6 +18,11 @@ The demo's case (CPU, a 5M-class model, 4 rollouts of ~2,300 tokens whose first 
 shared system prompt + tools): ``--model-shape tiny-learn --batch 4 --seq 2300 --turns 5
 --trained-frac 0.06 --shared-prompt 1400 --threads 2`` adds ``ours_shared_prefix``.
 
+``--arm NAME:field=value,...`` adds ours under other ``train`` settings (e.g.
+``--arm no_ckpt:gradient_checkpointing=false,micro_batch_tokens=8192`` or
+``liger_kernels=true``), each on a fresh model; ``--kernel-profile`` (CUDA) adds, per arm, the
+kernels of one step by class (bench/kernel_profile.py).
+
 Rows are multi-turn agent rollouts: ``--turns`` sampled segments interleaved with prompt and
 tool-result segments; ``--trained-frac`` of the tokens are sampled (trained). ``--direction``
 also checks, on the same device and dtype, that rewarding a behaviour raises its probability.
@@ -26,6 +31,7 @@ also checks, on the same device and dtype, that rewarding a behaviour raises its
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import platform
@@ -40,7 +46,9 @@ for sub in ("common/src", "inference/src", "trainer/src"):
     sys.path.insert(0, str(REPO / sub))
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 from anchors import anchors  # noqa: E402  (bench/, the script's own folder)
+from kernel_profile import kernel_profile  # noqa: E402
 from model_shapes import QWEN25_3B  # noqa: E402
 
 from mcprl_trainer.config import LoraSettings, TrainConfig  # noqa: E402
@@ -212,6 +220,22 @@ def direction_check(device: torch.device, dtype: torch.dtype) -> dict[str, float
     return out
 
 
+def parse_arm(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME:field=value,...`` -> (NAME, overrides of the ``train`` section; YAML values)."""
+
+    name, _, body = text.partition(":")
+    if not name or not body:
+        raise argparse.ArgumentTypeError(f"--arm takes NAME:field=value[,...], got {text!r}")
+    overrides = {}
+    for item in body.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in TrainConfig.model_fields:
+            raise argparse.ArgumentTypeError(f"--arm {text!r}: {item!r} is not field=value "
+                                             "of the train section")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return name, overrides
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -229,6 +253,10 @@ def main() -> None:
     parser.add_argument("--shared-prompt", type=int, default=0,
                         help="tokens every row starts with; > 0 adds ours with "
                              "train.shared_prefix (that start run once per micro-batch)")
+    parser.add_argument("--arm", type=parse_arm, action="append", default=[],
+                        help="NAME:field=value,...: ours under other train settings")
+    parser.add_argument("--kernel-profile", action="store_true",
+                        help="CUDA: the kernels of one step of each arm, by class")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -243,19 +271,27 @@ def main() -> None:
         "trained_frac": args.trained_frac, "micro_batch_tokens": args.micro_batch_tokens,
         "gradient_checkpointing": args.gradient_checkpointing, "lora": "r=8 alpha=16 all-linear",
     }
-    arms = ["ours", "full_logits"] + (["ours_shared_prefix"] if args.shared_prompt else [])
-    for name in arms:
+    arms: dict[str, dict[str, Any]] = {"ours": {}, "full_logits": {}}
+    if args.shared_prompt:
+        arms["ours_shared_prefix"] = {"shared_prefix": True}
+    arms.update(dict(args.arm))
+    for name, overrides in arms.items():
+        arm_cfg = TrainConfig.model_validate({**cfg.model_dump(), **overrides})
         base = build_base(args.model_shape, device, dtype)
-        model = prepare_policy(base, LoraSettings(), cfg)
+        model = prepare_policy(base, LoraSettings(), arm_cfg)
         samples = make_samples(args.batch, args.seq, base.config.vocab_size, args.turns,
                                args.trained_frac, shared=args.shared_prompt)
         samples = with_sampler_logprobs(model, samples, device)
         if name == "full_logits":
-            step = FullLogitsStep(model, cfg).step
+            step = FullLogitsStep(model, arm_cfg).step
         else:
-            arm_cfg = cfg.model_copy(update={"shared_prefix": name == "ours_shared_prefix"})
             step = GRPOUpdater(model, arm_cfg, 0).step
-        result[name] = timed(step, samples, device, args.steps)
+        result[name] = {**({"train": overrides} if overrides else {}),
+                        **timed(step, samples, device, args.steps)}
+        if args.kernel_profile and device.type == "cuda" and "error" not in result[name]:
+            one_step = functools.partial(step, samples)
+            result[name]["kernel_profile"] = kernel_profile(one_step, reps=1)
+        print(json.dumps({name: result[name]}), file=sys.stderr, flush=True)
         del model, base, samples, step
         gc.collect()
         if device.type == "cuda":

@@ -14,6 +14,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _load(name: str) -> ModuleType:
+    if str(BENCH) not in sys.path:  # the scripts import their siblings (anchors, ...)
+        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there

@@ -10,7 +10,12 @@ from transformers import AutoTokenizer
 from mcprl_trainer.advantages import group_advantages
 from mcprl_trainer.config import LoraSettings, TrainConfig
 from mcprl_trainer.grpo import GRPOUpdater, TrainSample, pack_micro_batches
-from mcprl_trainer.modeling import load_policy, shared_prefix_len, token_logprobs
+from mcprl_trainer.modeling import (
+    load_policy,
+    right_padded,
+    shared_prefix_len,
+    token_logprobs,
+)
 from mcprl_trainer.rendering import ChatRenderer
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,6 +52,30 @@ def test_token_logprobs_match_full_log_softmax(tiny_test_model) -> None:
     want[:, 1:] = torch.gather(full[:, :-1], -1, ids[:, 1:, None]).squeeze(-1)
     assert torch.allclose(got, want * mask, atol=1e-5)
     assert got.requires_grad
+
+
+def test_padding_mask_is_dropped_only_for_right_padding(tiny_test_model) -> None:
+    """Right padding needs no mask under causal attention (the flash kernel may run); any
+    other layout keeps it: with left padding, real tokens must not see the pad tokens."""
+
+    right = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    left = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    assert right_padded(right) and right_padded(torch.ones(2, 4, dtype=torch.long))
+    assert not right_padded(left)
+    model = _policy(tiny_test_model)
+    ids = torch.randint(0, 1000, (2, 16), generator=torch.Generator().manual_seed(1))
+    attn = torch.ones(2, 16, dtype=torch.long)
+    attn[0, :5] = 0
+    mask = torch.zeros(2, 16, dtype=torch.bool)
+    mask[:, 8:] = True
+    got = token_logprobs(model, ids, attn, mask)
+    with torch.no_grad():
+        masked = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits.float(), -1)
+        unmasked = torch.log_softmax(model(input_ids=ids).logits.float(), -1)
+    want, wrong = (torch.gather(x[:, 7:-1], -1, ids[:, 8:, None]).squeeze(-1)
+                   for x in (masked, unmasked))
+    assert torch.allclose(got[:, 8:], want, atol=1e-5)
+    assert (got[0, 8:] - wrong[0]).abs().max() > 1e-3  # the pads do change row 0
 
 
 def test_shared_prefix_gives_the_same_logprobs_and_gradients(tiny_test_model) -> None:

@@ -230,6 +230,11 @@ class TrainConfig(_Section):
         "the prompt is long next to the turns (small models on CPU). Not with "
         "gradient_checkpointing (a recomputed pass would append to the cache twice)."
     )
+    liger_kernels: bool = Field(
+        False, description="CUDA: Liger's Triton kernels for RMSNorm, rotary embedding and "
+        "SwiGLU in the trained model (needs the liger-kernel package); fewer kernels and "
+        "less saved activation memory per layer, same math."
+    )
 
     max_staleness: int = Field(
         0, ge=0, le=1, description="Rollouts overlapped with the update: 0 = synchronous "

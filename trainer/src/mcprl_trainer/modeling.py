@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,10 +108,44 @@ def attach_lora(model, lora: LoraSettings, adapter_path: Path | None = None):
     return get_peft_model(model, config)
 
 
+def apply_liger_kernels(base) -> None:
+    """Liger's Triton RMSNorm and SwiGLU in this model instance, before LoRA is attached
+    (peft's layers then wrap the patched MLP's projections as usual).
+
+    Liger's apply functions also rebind names in the model's transformers module (the norm
+    and MLP classes, the rotary function); those are put back, so a model built later in
+    the process (an in-process engine, a reference) stays plain. Its rotary kernel is left
+    out for that reason: it exists only as that module-wide rebinding. The loss stays ours
+    (logits only at trained positions need no fused cross-entropy).
+    """
+
+    if next(base.parameters()).device.type != "cuda":
+        raise ValueError("train.liger_kernels needs the model on a CUDA device")
+    try:
+        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+    except ImportError as exc:
+        raise ValueError("train.liger_kernels needs the liger-kernel package "
+                         "(bench/gpu-requirements.txt)") from exc
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(base.config.model_type)
+    if apply is None:
+        raise ValueError(f"liger-kernel has no kernels for model type {base.config.model_type!r}")
+    module = sys.modules[type(base).__module__]
+    names = dict(vars(module))
+    try:
+        apply(model=base, rope=False, rms_norm=True, swiglu=True, cross_entropy=False,
+              fused_linear_cross_entropy=False)
+    finally:
+        for name, value in names.items():
+            if vars(module).get(name) is not value:
+                setattr(module, name, value)
+
+
 def prepare_policy(base, lora: LoraSettings, train: TrainConfig, *,
                    adapter_path: Path | None = None):
     """A loaded base model made trainable: checkpointing as configured, LoRA attached."""
 
+    if train.liger_kernels:
+        apply_liger_kernels(base)
     if train.gradient_checkpointing:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         base.enable_input_require_grads()
@@ -161,6 +196,16 @@ def shared_prefix_len(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return max(0, limit)
 
 
+def right_padded(attention_mask: torch.Tensor) -> bool:
+    """Every row's real tokens come first and its padding after (as ``collate_samples``
+    lays rows out). Then the padding mask is redundant under causal attention: a real token
+    only sees earlier positions, all real, and padded positions are never trained. Leaving
+    it out lets SDPA run its causal flash kernel, which skips the masked half of the
+    scores, instead of the memory-efficient kernel that a padding mask forces."""
+
+    return bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+
+
 def prefix_cache(model, prefix: torch.Tensor, rows: int):
     """The KV cache of ``prefix`` computed once and repeated for ``rows`` sequences; it stays
     in the autograd graph, so every row's loss reaches the prefix pass (exact gradients)."""
@@ -194,6 +239,8 @@ def token_logprobs(
     keep = torch.zeros_like(target_mask)
     keep[:, :-1] = target_mask[:, 1:]
     start = shared_prefix_len(input_ids, attention_mask, target_mask) if shared_prefix else 0
+    if right_padded(attention_mask):
+        attention_mask = None  # causal attention alone keeps real tokens off the padding
     if start:
         cache = prefix_cache(model, input_ids[0, :start], input_ids.shape[0])
         outputs = model(input_ids=input_ids[:, start:], attention_mask=attention_mask,
