@@ -229,6 +229,11 @@ def decode_profile(engine: LLMEngine, batch: int, position: int) -> dict[str, An
     """Kernels of one decode step at ``batch`` rows, ``position`` tokens in: as the engine
     replays it (CUDA graph) and eager, straight through the idle engine's model runner."""
 
+    with torch.inference_mode():  # the engine's own tensors are inference tensors
+        return _decode_profile(engine, batch, position)
+
+
+def _decode_profile(engine: LLMEngine, batch: int, position: int) -> dict[str, Any]:
     runner = engine.runner
     tokens = torch.zeros(batch, dtype=torch.long, device=engine.device)
     positions = torch.full((batch,), position, dtype=torch.long, device=engine.device)

@@ -230,6 +230,11 @@ class TrainConfig(_Section):
         "the prompt is long next to the turns (small models on CPU). Not with "
         "gradient_checkpointing (a recomputed pass would append to the cache twice)."
     )
+    lean_lora: bool = Field(
+        True, description="LoRA linears add their product into the base output with one "
+        "in-place addmm (mcprl_trainer.lora_forward): same math as peft's forward, fewer "
+        "element-wise passes and no fp32 copy of each input under autocast. False = peft's."
+    )
     liger_kernels: bool = Field(
         False, description="CUDA: Liger's Triton kernels for RMSNorm, rotary embedding and "
         "SwiGLU in the trained model (needs the liger-kernel package); fewer kernels and "

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from mcprl_trainer.config import LoraSettings, TrainConfig
+from mcprl_trainer.lora_forward import use_lean_lora_forward
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,8 @@ def prepare_policy(base, lora: LoraSettings, train: TrainConfig, *,
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         base.enable_input_require_grads()
     model = attach_lora(base, lora, adapter_path)
+    if train.lean_lora:
+        use_lean_lora_forward(model)
     model.to(next(base.parameters()).device)
     model.train()
     return model
