@@ -25,8 +25,10 @@
 # EXTRA_ARGS always runs). The next proof run, configs/smollm2.yaml (lr 0.05), other seeds:
 #   KV_CACHE_GB=3 BUDGET_S=450 WARM_START=demo/checkpoints/smollm2-warm-start \
 #     EXTRA_ARGS='--first-seed 14' bash bench/device/learning_smollm2.sh start
-# Learning per minute with rollouts overlapped (issue 15), synchronous GRPO beside it:
-#   ARMS=grpo BUDGET_S=300 WARM_START=... EXTRA_ARGS='--first-seed 11 --no-paired-before
+# Learning per minute with rollouts overlapped (issue 15), synchronous GRPO beside it; run
+# 2026-12-06 11:31 (H100) with BUDGET_S=450 KV_CACHE_GB=3: 765 s from start to JSON, the
+# same three calls + one `wait` (docs/results.md):
+#   ARMS=grpo BUDGET_S=450 WARM_START=... EXTRA_ARGS='--first-seed 11 --no-paired-before
 #     --extra-arm overlap:train.max_staleness=1:3' bash bench/device/learning_smollm2.sh start
 set -euo pipefail
 cd "$(dirname "$0")/../.."
