@@ -74,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning_report as report  # noqa: E402
 import yaml  # noqa: E402
 
+from mcprl_common.process import raise_open_files_limit  # noqa: E402
 from mcprl_stack import LocalStack, StackSettings  # noqa: E402
 from mcprl_trainer.config import set_path  # noqa: E402
 
@@ -597,6 +598,7 @@ def select_arms(args: argparse.Namespace) -> dict[str, Arm]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    raise_open_files_limit()  # the held-out evals of every run share this process
     t0 = time.monotonic()
     arms = select_arms(args)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ def test_summary_classes_busy_share_and_top(bench_module) -> None:
     # union of intervals: 0-70, 80-100, 200-260, 300-330 = 180 us of 400
     assert out["busy_share_of_wall"] == pytest.approx(0.45)
     classes = out["by_class"]
-    assert list(classes)[0] == "gemm" and classes["gemm"]["ms"] == pytest.approx(0.06)
+    assert next(iter(classes)) == "gemm" and classes["gemm"]["ms"] == pytest.approx(0.06)
     assert classes["gemm"]["share"] == pytest.approx(0.6)
     assert {"attention", "elementwise", "copy/index", "triton"} <= set(classes)
     assert out["top"][0]["name"].startswith("sm90_xmma_gemm") and out["top"][0]["count"] == 1.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -55,3 +56,19 @@ def test_an_interrupt_while_waiting_kills_the_child_and_goes_on(tmp_path) -> Non
         signal.signal(signal.SIGINT, previous)
     assert not proc.alive and proc.proc is not None and proc.proc.returncode < 0
     assert time.monotonic() - started < 15
+
+
+def test_open_files_limit_is_raised_to_the_hard_limit() -> None:
+    """In a child started with a soft limit of 256 (hard 4,096), the call lifts it to 4,096."""
+
+    import resource
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))
+
+    code = ("import resource; from mcprl_common.process import raise_open_files_limit; "
+            "before = resource.getrlimit(resource.RLIMIT_NOFILE); "
+            "print(before, raise_open_files_limit())")
+    out = subprocess.run([sys.executable, "-c", code], preexec_fn=low, capture_output=True,
+                         text=True, timeout=30, check=True).stdout.strip()
+    assert out == "(256, 4096) (4096, 4096)"

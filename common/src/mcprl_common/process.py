@@ -22,6 +22,27 @@ def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def raise_open_files_limit() -> tuple[int, int]:
+    """Lift this process's soft limit on open files to its hard limit; returns (soft, hard).
+
+    Hundreds of concurrent rollouts each hold an MCP session (a POST and a stream socket)
+    and an engine connection, which passes the common soft default of 1,024 descriptors;
+    a socket that cannot be opened then shows up as a dropped MCP session. vLLM's server
+    raises its limit at start for the same reason.
+    """
+
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return -1, -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
 def sigterm_as_interrupt() -> None:
     """Make SIGTERM behave like Ctrl-C in this (main-thread) CLI.
 

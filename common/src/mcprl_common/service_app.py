@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from mcprl_common.errors import install_error_handlers
 from mcprl_common.logging import configure_logging
 from mcprl_common.metrics import HttpMetricsMiddleware, metrics_response
+from mcprl_common.process import raise_open_files_limit
 from mcprl_common.request_limits import (
     DEFAULT_MAX_BODY_BYTES,
     BodyLimitMiddleware,
@@ -79,6 +80,7 @@ def run_service(app: Any, settings: ServiceSettings, service: str) -> None:
     """Serve ``app`` in the foreground; SIGINT/SIGTERM drain in-flight requests first."""
 
     configure_logging(service, settings.log_level, settings.log_json)
+    raise_open_files_limit()  # one socket per client connection
     log.info("starting", extra={"host": settings.host, "port": settings.port})
     config = uvicorn.Config(
         app,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mcprl_common.logging import configure_logging
-from mcprl_common.process import sigterm_as_interrupt
+from mcprl_common.process import raise_open_files_limit, sigterm_as_interrupt
 from mcprl_stack.config import StackSettings
 from mcprl_stack.envfile import render
 from mcprl_stack.local_stack import LocalStack, StackError, log_tail
@@ -124,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(render())
         return 0
     configure_logging("stack", "warning", json_lines=False)
+    raise_open_files_limit()
     try:
         config = _config(args)
     except ValueError as exc:

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from mcprl_common.logging import configure_logging
+from mcprl_common.process import raise_open_files_limit
 from mcprl_trainer.checkpoint import CheckpointWriteError, latest_checkpoint
 from mcprl_trainer.config import RunConfig, load_config
 from mcprl_trainer.distributed import DistContext, destroy, init_distributed
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--log-json", action="store_true", help="JSON log lines")
     args = parser.parse_args(argv)
+    raise_open_files_limit()  # every concurrent rollout holds MCP + engine sockets
     configure_logging("trainer", "info", args.log_json)
     for noisy in ("httpx2", "httpcore2", "mcp", "fastmcp", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
