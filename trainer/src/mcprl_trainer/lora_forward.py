@@ -35,13 +35,14 @@ def _lean_forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Ten
             or (x.dtype != self.lora_A[name].weight.dtype
                 and not torch.is_autocast_enabled(x.device.type))):
         return type(self).forward(self, x, *args, **kwargs)
-    result = self.base_layer(x)
-    lora_a = self.lora_A[name](x)  # under autocast: bf16 GEMM, the tiny A cast instead of x
+    # 2-D from the start: an in-place op on a *view* of the output would make autograd copy
+    # the whole gradient back through it (CopySlices, a device-to-device copy per linear)
+    rows = x.reshape(-1, x.shape[-1])
+    result = self.base_layer(rows)
+    lora_a = self.lora_A[name](rows)  # under autocast: bf16 GEMM, the tiny A cast, not x
     weight_b = self.lora_B[name].weight
-    flat = result.view(-1, result.shape[-1])
-    flat.addmm_(lora_a.reshape(-1, lora_a.shape[-1]), weight_b.to(lora_a.dtype).t(),
-                alpha=self.scaling[name])
-    return result
+    result.addmm_(lora_a, weight_b.to(lora_a.dtype).t(), alpha=self.scaling[name])
+    return result.view(*x.shape[:-1], result.shape[-1])
 
 
 def use_lean_lora_forward(model: nn.Module) -> int:
