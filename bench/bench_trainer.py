@@ -255,6 +255,8 @@ def main() -> None:
                              "train.shared_prefix (that start run once per micro-batch)")
     parser.add_argument("--arm", type=parse_arm, action="append", default=[],
                         help="NAME:field=value,...: ours under other train settings")
+    parser.add_argument("--builtin", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the ours and full_logits arms (--no-builtin: --arm only)")
     parser.add_argument("--kernel-profile", action="store_true",
                         help="CUDA: the kernels of one step of each arm, by class")
     args = parser.parse_args()
@@ -271,7 +273,7 @@ def main() -> None:
         "trained_frac": args.trained_frac, "micro_batch_tokens": args.micro_batch_tokens,
         "gradient_checkpointing": args.gradient_checkpointing, "lora": "r=8 alpha=16 all-linear",
     }
-    arms: dict[str, dict[str, Any]] = {"ours": {}, "full_logits": {}}
+    arms: dict[str, dict[str, Any]] = {"ours": {}, "full_logits": {}} if args.builtin else {}
     if args.shared_prompt:
         arms["ours_shared_prefix"] = {"shared_prefix": True}
     arms.update(dict(args.arm))
@@ -296,10 +298,10 @@ def main() -> None:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if "tokens_per_s" in result["ours"] and "tokens_per_s" in result["full_logits"]:
+    if "tokens_per_s" in result.get("ours", {}) and "tokens_per_s" in result.get("full_logits", {}):
         result["speedup"] = round(result["ours"]["tokens_per_s"] /
                                   result["full_logits"]["tokens_per_s"], 3)
-    if "tokens_per_s" in result.get("ours_shared_prefix", {}):
+    if "tokens_per_s" in result.get("ours_shared_prefix", {}) and "ours" in result:
         result["shared_prefix_speedup"] = round(result["ours_shared_prefix"]["tokens_per_s"] /
                                                 result["ours"]["tokens_per_s"], 3)
     key = f"{args.batch}x{args.seq}"
