@@ -1,6 +1,6 @@
-"""``train.liger_kernels``: Liger's RMSNorm, SwiGLU and rotary kernels in the trained model
-give the plain model's log-probs and LoRA gradients, rebind no other name of the model's
-module than the rotary function, and fail clearly where they cannot run (CPU)."""
+"""``train.liger_kernels``: Liger's RMSNorm and SwiGLU in the trained model give the plain
+model's log-probs and LoRA gradients, touch only that instance, and fail clearly where they
+cannot run (CPU, package missing)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,7 @@ import torch
 from transformers.models.qwen2 import modeling_qwen2
 
 from mcprl_trainer.config import LoraSettings, TrainConfig
-from mcprl_trainer.modeling import (
-    LIGER_PROCESS_WIDE,
-    load_base_model,
-    prepare_policy,
-    token_logprobs,
-)
+from mcprl_trainer.modeling import load_base_model, prepare_policy, token_logprobs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,6 +65,4 @@ def test_liger_kernels_keep_logprobs_and_gradients() -> None:
     assert torch.allclose(lp0, lp1, atol=1e-4), (lp0 - lp1).abs().max()
     assert torch.allclose(g0, g1, rtol=1e-3, atol=1e-5), (g0 - g1).abs().max()
     assert g0.abs().sum() > 0
-    changed = {k for k, v in vars(modeling_qwen2).items() if names.get(k) is not v}
-    modeling_qwen2.apply_rotary_pos_emb = names["apply_rotary_pos_emb"]  # later tests: plain
-    assert changed == {LIGER_PROCESS_WIDE}  # norm and MLP classes put back
+    assert {k: v for k, v in vars(modeling_qwen2).items() if names.get(k) is not v} == {}

@@ -24,8 +24,6 @@ from mcprl_trainer.config import LoraSettings, TrainConfig
 from mcprl_trainer.lora_forward import use_lean_lora_forward
 
 log = logging.getLogger(__name__)
-# the one name Liger rebinds in a model's transformers module that stays rebound
-LIGER_PROCESS_WIDE = "apply_rotary_pos_emb"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -112,15 +110,14 @@ def attach_lora(model, lora: LoraSettings, adapter_path: Path | None = None):
 
 
 def apply_liger_kernels(base) -> None:
-    """Liger's Triton RMSNorm, SwiGLU and rotary embedding in this model, before LoRA is
-    attached (peft's layers then wrap the patched MLP's projections as usual).
+    """Liger's Triton RMSNorm and SwiGLU in this model instance, before LoRA is attached
+    (peft's layers then wrap the patched MLP's projections as usual).
 
-    Liger's apply functions rebind names in the model's transformers module. The norm and
-    MLP classes are put back, so a model built later in the process stays plain; the norms
-    and MLPs of this instance keep Liger's forwards. The rotary function cannot be patched
-    per instance (the attention layers look it up in their module), so it stays rebound for
-    the whole process: every model of the family then rotates with Liger's kernel, the same
-    math. The loss stays ours (logits only at trained positions need no fused cross-entropy).
+    Liger's apply functions also rebind names in the model's transformers module (the norm
+    and MLP classes, the rotary function); those are put back, so a model built later in
+    the process (an in-process engine, a reference) stays plain. Its rotary kernel is left
+    out for that reason: it exists only as that module-wide rebinding. The loss stays ours
+    (logits only at trained positions need no fused cross-entropy).
     """
 
     if next(base.parameters()).device.type != "cuda":
@@ -136,11 +133,11 @@ def apply_liger_kernels(base) -> None:
     module = sys.modules[type(base).__module__]
     names = dict(vars(module))
     try:
-        apply(model=base, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+        apply(model=base, rope=False, rms_norm=True, swiglu=True, cross_entropy=False,
               fused_linear_cross_entropy=False)
     finally:
         for name, value in names.items():
-            if vars(module).get(name) is not value and name != LIGER_PROCESS_WIDE:
+            if vars(module).get(name) is not value:
                 setattr(module, name, value)
 
 
