@@ -236,9 +236,9 @@ class TrainConfig(_Section):
         "element-wise passes and no fp32 copy of each input under autocast. False = peft's."
     )
     liger_kernels: bool = Field(
-        False, description="CUDA: Liger's Triton kernels for RMSNorm, rotary embedding and "
-        "SwiGLU in the trained model (needs the liger-kernel package); fewer kernels and "
-        "less saved activation memory per layer, same math."
+        False, description="CUDA: Liger's Triton kernels for RMSNorm and SwiGLU in the "
+        "trained model (needs the liger-kernel package): fewer kernels and less saved "
+        "activation memory per layer, same math."
     )
 
     max_staleness: int = Field(
