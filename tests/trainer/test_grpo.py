@@ -13,6 +13,7 @@ from mcprl_trainer.grpo import GRPOUpdater, TrainSample, pack_micro_batches
 from mcprl_trainer.modeling import (
     load_policy,
     right_padded,
+    selective_logprobs,
     shared_prefix_len,
     token_logprobs,
 )
@@ -52,6 +53,28 @@ def test_token_logprobs_match_full_log_softmax(tiny_test_model) -> None:
     want[:, 1:] = torch.gather(full[:, :-1], -1, ids[:, 1:, None]).squeeze(-1)
     assert torch.allclose(got, want * mask, atol=1e-5)
     assert got.requires_grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_selective_logprobs_match_log_softmax_across_chunks(dtype) -> None:
+    """Chunked fp32 log-probs and their gradient equal the full log-softmax's, for rows that
+    do not fill the last chunk; the gradient keeps the logits' dtype."""
+
+    gen = torch.Generator().manual_seed(3)
+    logits = (torch.randn(37, 300, generator=gen) * 3).to(dtype)
+    targets = torch.randint(0, 300, (37,), generator=gen)
+    weights = torch.randn(37, generator=gen)
+    ours, full = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    got = selective_logprobs(ours, targets, chunk=8)
+    want = torch.log_softmax(full.float(), -1).gather(-1, targets[:, None]).squeeze(-1)
+    (got * weights).sum().backward()
+    (want * weights).sum().backward()
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-6)
+    assert ours.grad.dtype == dtype
+    rtol = 1e-5 if dtype == torch.float32 else 8e-3  # the bf16 gradients round alike or 1 ulp
+    assert torch.allclose(ours.grad.float(), full.grad.float(), rtol=rtol, atol=1e-6)
+    x = torch.randn(5, 11, dtype=torch.float64, generator=gen, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda z: selective_logprobs(z, targets[:5] % 11, 2), (x,))
 
 
 def test_padding_mask_is_dropped_only_for_right_padding(tiny_test_model) -> None:
