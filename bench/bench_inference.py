@@ -225,15 +225,11 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
             "rows": rows}
 
 
+@torch.inference_mode()  # the engine's own tensors are inference tensors
 def decode_profile(engine: LLMEngine, batch: int, position: int) -> dict[str, Any]:
     """Kernels of one decode step at ``batch`` rows, ``position`` tokens in: as the engine
     replays it (CUDA graph) and eager, straight through the idle engine's model runner."""
 
-    with torch.inference_mode():  # the engine's own tensors are inference tensors
-        return _decode_profile(engine, batch, position)
-
-
-def _decode_profile(engine: LLMEngine, batch: int, position: int) -> dict[str, Any]:
     runner = engine.runner
     tokens = torch.zeros(batch, dtype=torch.long, device=engine.device)
     positions = torch.full((batch,), position, dtype=torch.long, device=engine.device)
@@ -242,12 +238,10 @@ def _decode_profile(engine: LLMEngine, batch: int, position: int) -> dict[str, A
     def step() -> None:
         runner.decode(tokens, positions, position, key)
 
-    out = {}
     graphs = runner.use_graphs
-    for label, use in (("graph", graphs), ("eager", False)):
-        if label == "graph" and not graphs:
-            continue
-        runner.use_graphs = use
+    out = {}
+    for label in (["graph"] if graphs else []) + ["eager"]:
+        runner.use_graphs = label == "graph"
         try:
             step()  # capture or warm up at this attention length
             out[label] = kernel_profile(step, reps=10)
