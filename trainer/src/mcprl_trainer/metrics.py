@@ -7,11 +7,13 @@ figures; histograms and counters accumulate over the run.
 from __future__ import annotations
 
 from collections import Counter as PyCounter
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from mcprl_common.metrics import LATENCY_BUCKETS_S, new_registry
+from mcprl_common.wire import FinishReason
 
 ROLLOUT_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -78,6 +80,8 @@ class TrainerMetrics:
                                       buckets=LATENCY_BUCKETS_S)
         self.rollouts = Counter("mcprl_trainer_rollouts", "Rollouts finished, by finish reason.",
                                 ["finish_reason"], registry=r)
+        for reason in get_args(FinishReason):  # 0 from the first scrape: a short run that
+            self.rollouts.labels(reason)  # ends between scrapes still has a rate of them
         self.tool_errors = Counter("mcprl_trainer_tool_errors",
                                    "Tool errors the agent made, by kind.", ["kind"], registry=r)
         for kind in TOOL_ERROR_KINDS:  # 0 from the first scrape, so rates exist at 0 errors
