@@ -2,7 +2,7 @@
 
 CPU (default): the tiny models at batch 1/8/32. ``--engines ours,lora-merged,lora-unmerged``
 adds our engine serving a LoRA adapter, merged into the weights and unmerged (the engine's
-own LoRA branch, ``engine/lora_layers.py``). ``--fuse norm,norm+rotary`` runs one engine per
+own LoRA branch, ``engine/lora_layers.py``). ``--fuse norm,norm+proj`` runs one engine per
 fused-kernel setting, side by side, each on its own copy of the model.
 GPU (the H200 figures in bench/anchors.json)::
 
@@ -39,7 +39,7 @@ from anchors import anchors  # noqa: E402  (bench/, the script's own folder)
 from kernel_profile import kernel_profile  # noqa: E402
 from model_shapes import QWEN25_3B  # noqa: E402
 
-from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams, fusions  # noqa: E402
 
 # device-to-device copy, read + write bytes, measured on the anchors' H200
 H200_COPY_BYTES_PER_S = float(anchors()["device_copy_bytes_per_s"])
@@ -250,15 +250,15 @@ def decode_profile(engine: LLMEngine, batch: int, position: int) -> dict[str, An
     return out
 
 
-FUSE_SETTINGS = ("auto", "none", "norm", "norm+rotary")
-
-
 def _fuse_list(text: str) -> list[str]:
     items = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [x for x in items if x not in FUSE_SETTINGS]
-    if not items or bad:
-        raise argparse.ArgumentTypeError(
-            f"--fuse takes {', '.join(FUSE_SETTINGS)} (comma-separated), got {text!r}")
+    if not items:
+        raise argparse.ArgumentTypeError("--fuse takes one setting or more, comma-separated")
+    for item in items:
+        try:
+            fusions.parse(item, "cpu")
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
     return items
 
 
@@ -282,7 +282,8 @@ def main() -> None:
     ap.add_argument("--max-prefill-tokens", type=int, default=None)
     ap.add_argument("--fuse", default="auto", type=_fuse_list,
                     help="fused decode kernels (mcprl_inference.engine.fusions): auto, none, "
-                         "norm or norm+rotary; a comma-separated list runs one engine per "
+                         "or kinds joined by '+' (norm, rotary, proj: norm+proj); a "
+                         "comma-separated list runs one engine per "
                          "setting side by side, each on its own copy of the model ('ours' is "
                          "the first, the others are rows 'fuse:<setting>')")
     ap.add_argument("--profile", action="store_true",

@@ -46,12 +46,12 @@ def _reference(model, prompt: list[int], completion: list[int]) -> list[float]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("fuse", ["norm", "norm+rotary"])
+@pytest.mark.parametrize("fuse", ["norm", "norm+rotary", "norm+proj"])
 @pytest.mark.parametrize("model_fixture", ["tiny_test_model", "smollm2_model"])
 def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, request) -> None:
     """Qwen2 (tiny-test) and Llama (SmolLM2): the two architectures the project serves; with
-    the CUDA default's fused RMSNorm, and with the compiled rotary embedding captured in the
-    graphs too."""
+    the CUDA default's fused RMSNorm, with the compiled rotary embedding captured in the
+    graphs too, and with the merged q/k/v and gate/up GEMMs."""
 
     tiny_test_model: Path = request.getfixturevalue(model_fixture)
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -81,11 +81,13 @@ def adapters(tiny_test_model: Path, tmp_path_factory) -> dict[str, Path]:
                                    use_rslora=True)}
 
 
+@pytest.mark.parametrize("fuse", ["none", "proj"])
 @pytest.mark.parametrize("name", ["a", "rslora"])
-def test_lean_path_equals_peft(tiny_test_model: Path, adapters, name: str) -> None:
-    """Rank 4 under max_lora_rank 16 (padded buffers), and rsLoRA's alpha / sqrt(r)."""
+def test_lean_path_equals_peft(tiny_test_model: Path, adapters, name: str, fuse: str) -> None:
+    """Rank 4 under max_lora_rank 16 (padded buffers), and rsLoRA's alpha / sqrt(r); each
+    linear on its own, and q/k/v and gate/up merged (one stacked A, one block-diagonal B)."""
 
-    eng = engine(tiny_test_model, max_lora_rank=16)
+    eng = engine(tiny_test_model, max_lora_rank=16, fuse=fuse)
     try:
         eng.load_lora("policy", str(adapters[name])).result(60)
         out = greedy(eng, "policy")
@@ -127,12 +129,15 @@ def test_republish_writes_the_same_buffers(tiny_test_model: Path, adapters, devi
     assert out.logprobs == pytest.approx(want.logprobs, abs=1e-6)
 
 
+@pytest.mark.parametrize("fuse", ["none", "proj"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_switching_base_and_adapters(tiny_test_model: Path, adapters, device: str) -> None:
+def test_switching_base_and_adapters(tiny_test_model: Path, adapters, device: str,
+                                     fuse: str) -> None:
     """Base, a (rank 4, every linear), qv (rank 2, two of them) and back, in one engine: each
-    answers as peft does, so no layer keeps another adapter's weights or rank."""
+    answers as peft does, so no layer keeps another adapter's weights or rank (with q/k/v
+    merged, qv leaves k's block of the group's buffers at zero)."""
 
-    eng = engine(tiny_test_model, device)
+    eng = engine(tiny_test_model, device, fuse=fuse)
     try:
         eng.load_lora("a", str(adapters["a"])).result(60)
         eng.load_lora("qv", str(adapters["qv"])).result(60)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from mcprl_common.settings import ServiceSettings
+from mcprl_inference.engine import fusions
 from mcprl_inference.engine.config import EngineConfig
 
 
@@ -75,6 +76,10 @@ class InferenceSettings(ServiceSettings):
     trust_remote_code: bool = Field(False, description="Allow model code from the model folder.")
     decode_attention: str = Field("auto", description="Decode attention kernel: auto, sdpa, "
                                                       "matmul.")
+    fuse: str = Field("auto", description="Fused kernels: auto (norm on CUDA, none on CPU), "
+                                          "none, or kinds joined by '+': norm (fused RMSNorm), "
+                                          "rotary (compiled rotary embedding), proj (q/k/v and "
+                                          "gate/up as one GEMM each), e.g. norm+proj.")
     enable_prefix_caching: bool = Field(
         True, description="Reuse the KV of earlier sequences for prompts that start with the "
                           "same tokens (vLLM --enable-prefix-caching): an agent's next turn and "
@@ -90,6 +95,12 @@ class InferenceSettings(ServiceSettings):
     request_timeout_s: float = Field(600.0, gt=0, description="A request still queued or "
                                                               "running after this fails (504).")
 
+    @field_validator("fuse")
+    @classmethod
+    def _known_fusions(cls, value: str) -> str:
+        fusions.parse(value, "cuda")  # raises ValueError naming the kinds
+        return value
+
     @property
     def model_name(self) -> str:
         return self.served_model_name or self.model
@@ -102,7 +113,7 @@ class InferenceSettings(ServiceSettings):
             gpu_memory_utilization=self.gpu_memory_utilization, cuda_graphs=self.cuda_graphs,
             max_loras=self.max_loras, max_lora_rank=self.max_lora_rank, lora_mode=self.lora_mode,
             max_logprobs=self.max_logprobs, seed=self.seed,
-            decode_attention=self.decode_attention,
+            decode_attention=self.decode_attention, fuse=self.fuse,
             enable_prefix_caching=self.enable_prefix_caching,
             prefix_cache_memory_gb=self.prefix_cache_memory_gb, profile=self.profile,
         )

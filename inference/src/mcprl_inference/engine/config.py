@@ -43,10 +43,12 @@ class EngineConfig:
     decode_attention: str = "auto"
     """Decode attention kernel: ``sdpa``, ``matmul`` or ``auto`` (``sdpa``)."""
     fuse: str = "auto"
-    """Fused decode kernels: ``none``, ``norm`` (fused RMSNorm), ``norm+rotary`` (adds a
-    ``torch.compile``d rotary embedding); ``auto``: ``norm`` on CUDA, ``none`` on CPU.
+    """Fused kernels, ``none`` or kinds joined by ``+``: ``norm`` (fused RMSNorm), ``rotary``
+    (a ``torch.compile``d rotary embedding), ``proj`` (q/k/v and gate/up as one GEMM each,
+    ``engine.merged_linears``); ``auto``: ``norm`` on CUDA, ``none`` on CPU.
     ``norm+rotary`` passes the CUDA graph test and makes a decode step 9% shorter (H100,
-    2026-12-06), but its compiled rotary slows the prefill as much, so it is opt-in."""
+    2026-12-06), but its compiled rotary slows the prefill as much, so it is opt-in.
+    ``proj`` is opt-in until a GPU run has measured it."""
     enable_prefix_caching: bool = True
     """Reuse the KV of earlier sequences for prompts that start with the same tokens (vLLM's
     ``--enable-prefix-caching``; see ``engine.prefix_cache``)."""

@@ -3,8 +3,9 @@
 A CUDA graph removes the CPU cost of a step but still runs every small kernel; HF's RMSNorm
 is ~7 elementwise kernels and rotary embeddings ~10 per layer. While the engine's forward passes
 run (``active()``), allow-listed RMSNorm modules use PyTorch's fused ``rms_norm`` and, with
-``rotary``, the model's ``apply_rotary_pos_emb`` is replaced by a ``torch.compile``d one.
-Outside the engine (training, plain ``generate``) the model behaves exactly as before.
+``rotary``, the model's ``apply_rotary_pos_emb`` is replaced by a ``torch.compile``d one;
+with ``proj``, q/k/v and gate/up run as one GEMM each (:mod:`.merged_linears`). Outside
+the engine (training, plain ``generate``) the model behaves exactly as before.
 
 The rotary function is patched in the model's module, which every model of that class in
 the process shares; so what is active is per thread (a context variable, each engine steps
@@ -28,12 +29,13 @@ log = logging.getLogger(__name__)
 
 # RMSNorm classes computing weight * x / rms(x) (not Gemma's (1 + weight)).
 _NORMS = {"Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm", "Qwen3RMSNorm", "Qwen2MoeRMSNorm"}
-NORM, ROTARY = "norm", "rotary"
+NORM, ROTARY, PROJ = "norm", "rotary", "proj"
+KINDS = (NORM, ROTARY, PROJ)
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
 
 
 @contextlib.contextmanager
-def active(kinds: frozenset[str] = frozenset({NORM, ROTARY})) -> Iterator[None]:
+def active(kinds: frozenset[str] = frozenset(KINDS)) -> Iterator[None]:
     """Within the block, in this thread, the fusions ``kinds`` run where installed."""
 
     token = _ACTIVE.set(frozenset(kinds))
@@ -41,6 +43,31 @@ def active(kinds: frozenset[str] = frozenset({NORM, ROTARY})) -> Iterator[None]:
         yield
     finally:
         _ACTIVE.reset(token)
+
+
+def parse(fuse: str, device_type: str) -> frozenset[str]:
+    """``auto``, ``none`` or kinds joined by ``+`` (``norm+proj``) -> the kinds to run.
+
+    ``auto`` is ``norm`` on CUDA (the setting of the GPU tests and figures in
+    docs/benchmarks.md) and nothing on a CPU, where ``proj`` measured no steady gain
+    (bench/bench_inference.py --fuse none,proj, docs/benchmarks.md)."""
+
+    if fuse == "auto":
+        return frozenset({NORM} if device_type == "cuda" else ())
+    if fuse == "none":
+        return frozenset()
+    kinds = [k.strip() for k in fuse.split("+")]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"fuse must be auto, none or kinds of {', '.join(KINDS)} joined by "
+                         f"'+', got {fuse!r}")
+    return frozenset(kinds)
+
+
+def is_active(kind: str) -> bool:
+    """Whether the fusion ``kind`` runs now, in this thread."""
+
+    return kind in _ACTIVE.get()
 
 
 def _norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:

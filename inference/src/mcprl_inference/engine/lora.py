@@ -41,7 +41,8 @@ from mcprl_inference.engine.lora_files import (
     LoraError,
     read_adapter,
 )
-from mcprl_inference.engine.lora_layers import LoraLinear, LoraSwitch
+from mcprl_inference.engine.lora_layers import LoraLinear, LoraSwitch, MergedLora
+from mcprl_inference.engine.merged_linears import group_of
 
 __all__ = ["Adapter", "LoraError", "LoraManager"]
 
@@ -76,6 +77,7 @@ class LoraManager:
         self.merge = mode == "merged" or (mode == "auto" and dtype == torch.float32)
         self._pristine: dict[str, torch.Tensor] = {}  # module name -> W0 (merged mode)
         self._layers: dict[str, LoraLinear] = {}  # module name -> active buffers (unmerged)
+        self._merged: list[MergedLora] = []  # their owners, for linears merged into one GEMM
         self._switch = LoraSwitch()
         self.layout = 0  # bumped when more layers get a LoRA branch (captured graphs lack it)
         self._on_layout_change = on_layout_change
@@ -134,8 +136,16 @@ class LoraManager:
     def _add_layers(self, names: Iterable[str]) -> None:
         new = [n for n in names if n not in self._layers]
         for n in new:
-            self._layers[n] = LoraLinear(self.base.get_submodule(n), self.max_rank,
-                                         self._switch)
+            if n in self._layers:  # a member of a merged group added before it
+                continue
+            module = self.base.get_submodule(n)
+            member = group_of(module)
+            if member is None:
+                self._layers[n] = LoraLinear(module, self.max_rank, self._switch)
+                continue
+            merged = MergedLora(member[0], self.max_rank, self._switch)  # the whole group
+            self._merged.append(merged)
+            self._layers.update(zip(member[0].names, merged.members, strict=True))
         if new:
             self.layout += 1
             if self._on_layout_change is not None:
@@ -166,7 +176,9 @@ class LoraManager:
     def active_buffers(self) -> list[torch.Tensor]:
         """The tensors the unmerged forward reads (captured graphs hold these objects)."""
 
-        return [t for layer in self._layers.values() for t in (layer.a, layer.bt)]
+        merged = [t for m in self._merged for t in (m.a, m.bt)]
+        owned = (layer for n, layer in self._layers.items() if group_of(layer.linear) is None)
+        return merged + [t for layer in owned for t in (layer.a, layer.bt)]
 
     # activation ------------------------------------------------------------------------
     def activate(self, name: str | None) -> None:
@@ -221,5 +233,8 @@ class LoraManager:
         self._pristine = {k: v.to(device) for k, v in self._pristine.items()}
         for name, (version, weights) in self._resident.items():
             self._resident[name] = (version, weights.to(device))
+        for merged in self._merged:
+            merged.to(device)
         for layer in self._layers.values():
-            layer.to(device)
+            if group_of(layer.linear) is None:
+                layer.to(device)

@@ -12,13 +12,14 @@ eagerly (it is compute-bound, and its shapes vary). The CPU runs the same functi
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
 
-from mcprl_inference.engine import fusions
+from mcprl_inference.engine import fusions, merged_linears
 from mcprl_inference.engine.kv_cache import (
     ATTN_IMPLEMENTATION,
     SlotKVCache,
@@ -45,12 +46,16 @@ class ModelRunner:
                  cuda_graphs: bool = True, decode_attention: str = "auto",
                  fuse: str = "auto") -> None:
         register_attention()
-        if fuse == "auto":
-            fuse = "norm" if device.type == "cuda" else "none"
         # What active() turns on for this model (a kind install() found nothing for is a no-op).
-        self._fused = frozenset(k for k in (fusions.NORM, fusions.ROTARY) if k in fuse)
+        self._fused = fusions.parse(fuse, device.type)
         self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
                                        rotary=fusions.ROTARY in self._fused)
+        self.merged: list[merged_linears.MergedLinears] = []
+        if fusions.PROJ in self._fused:
+            self.merged = merged_linears.merge(
+                model, functools.partial(fusions.is_active, fusions.PROJ))
+            if self.merged:
+                self.fusions.append(f"merged projections x{len(self.merged)}")
         set_decode_kernel("sdpa" if decode_attention == "auto" else decode_attention)
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = model
@@ -266,12 +271,16 @@ class ModelRunner:
     def offload(self) -> None:
         self.release()
         if self.device.type == "cuda":
+            for group in self.merged:  # the parameters move one by one: keep no GPU copy
+                group.release()
             self.model.to("cpu")
             torch.cuda.empty_cache()
 
     def reload(self) -> None:
         if self.device.type == "cuda":
             self.model.to(self.device)
+            for group in self.merged:
+                group.merge()
 
 
 class _DecodeGraph:
