@@ -141,8 +141,9 @@ def random_adapter(model: Any, rank: int, out: Path) -> Path:
 
 
 def lora_engines(model: Any, args: argparse.Namespace, make: Any) -> dict[str, LLMEngine]:
-    """One engine per requested LoRA mode, each on its own copy of the model, serving a
-    random adapter as ``policy`` (peft wraps the model it is given in place)."""
+    """One engine per requested LoRA mode and ``--fuse`` setting, each on its own copy of
+    the model, serving a random adapter as ``policy`` (peft wraps the model it is given in
+    place). Keys: the mode under the first setting, ``mode:fuse:setting`` under the others."""
 
     modes = [e.removeprefix("lora-") for e in args.engines if e.startswith("lora-")]
     if not modes:
@@ -150,8 +151,10 @@ def lora_engines(model: Any, args: argparse.Namespace, make: Any) -> dict[str, L
     path = random_adapter(model, args.lora_rank, Path(tempfile.mkdtemp()) / "adapter")
     engines = {}
     for mode in modes:
-        engines[mode] = make(copy.deepcopy(model), lora_mode=mode)
-        engines[mode].load_lora("policy", str(path)).result()
+        for i, setting in enumerate(args.fuse):
+            key = mode if i == 0 else f"{mode}:fuse:{setting}"
+            engines[key] = make(copy.deepcopy(model), lora_mode=mode, fuse=setting)
+            engines[key].load_lora("policy", str(path)).result()
     return engines
 
 

@@ -163,3 +163,29 @@ def test_sleep_and_wake_merge_again_on_cuda(tiny_test_model: Path) -> None:
         eng.shutdown()
     for b, a in zip(before, after, strict=True):
         assert a.token_ids == b.token_ids
+
+
+def test_a_copy_of_a_merged_model_serves_merged_on_its_own_weights(tiny_test_model: Path
+                                                                   ) -> None:
+    """The benchmark copies a served model for each engine it compares: the copy's groups
+    are its own (its own weights), and an engine on it adopts them."""
+
+    import copy
+
+    eng = engine(tiny_test_model, "proj")
+    try:
+        want = run(eng)
+        clone = copy.deepcopy(eng.model)
+    finally:
+        eng.shutdown()
+    other = LLMEngine(clone, None, EngineConfig(device="cpu", dtype="float32", max_batch_size=4,
+                                                max_model_len=128, fuse="proj")).start()
+    try:
+        groups = other.runner.merged
+        assert len(groups) == 2 * clone.config.num_hidden_layers
+        assert all(g.merged() and g.linears[0] is clone.get_submodule(g.names[0])
+                   for g in groups)
+        got = run(other)
+    finally:
+        other.shutdown()
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]

@@ -55,15 +55,17 @@ def test_token_logprobs_match_full_log_softmax(tiny_test_model) -> None:
     assert got.requires_grad
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_selective_logprobs_match_log_softmax_across_chunks(dtype) -> None:
+def test_selective_logprobs_match_log_softmax_across_chunks(dtype, device: str) -> None:
     """Chunked fp32 log-probs and their gradient equal the full log-softmax's, for rows that
     do not fill the last chunk; the gradient keeps the logits' dtype."""
 
     gen = torch.Generator().manual_seed(3)
-    logits = (torch.randn(37, 300, generator=gen) * 3).to(dtype)
-    targets = torch.randint(0, 300, (37,), generator=gen)
-    weights = torch.randn(37, generator=gen)
+    logits = (torch.randn(37, 300, generator=gen) * 3).to(device, dtype)
+    targets = torch.randint(0, 300, (37,), generator=gen).to(device)
+    weights = torch.randn(37, generator=gen).to(device)
     ours, full = logits.clone().requires_grad_(), logits.clone().requires_grad_()
     got = selective_logprobs(ours, targets, chunk=8)
     want = torch.log_softmax(full.float(), -1).gather(-1, targets[:, None]).squeeze(-1)
@@ -73,7 +75,7 @@ def test_selective_logprobs_match_log_softmax_across_chunks(dtype) -> None:
     assert ours.grad.dtype == dtype
     rtol = 1e-5 if dtype == torch.float32 else 8e-3  # the bf16 gradients round alike or 1 ulp
     assert torch.allclose(ours.grad.float(), full.grad.float(), rtol=rtol, atol=1e-6)
-    x = torch.randn(5, 11, dtype=torch.float64, generator=gen, requires_grad=True)
+    x = torch.randn(5, 11, dtype=torch.float64, generator=gen).to(device).requires_grad_()
     assert torch.autograd.gradcheck(lambda z: selective_logprobs(z, targets[:5] % 11, 2), (x,))
 
 

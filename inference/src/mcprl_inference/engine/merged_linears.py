@@ -121,12 +121,17 @@ def merge(model: nn.Module, enabled: Callable[[], bool]) -> list[MergedLinears]:
     """Merge every q/k/v and gate/up group of ``model`` that can be (same input size,
     dtype, device and bias); ``enabled`` says, at each call, whether the merged GEMM runs."""
 
-    groups = []
+    groups: list[MergedLinears] = []
     for prefix, module in model.named_modules():
         for attrs in GROUPS:
             linears = [getattr(module, a, None) for a in attrs]
-            if all(isinstance(m, nn.Linear) and group_of(m) is None for m in linears) and \
-                    MergedLinears.mergeable(linears):
+            if not all(isinstance(m, nn.Linear) for m in linears):
+                continue
+            member = group_of(linears[0])
+            if member is not None:  # merged before (a copy of a merged model): adopt it
+                member[0].merge()
+                groups.append(member[0])
+            elif MergedLinears.mergeable(linears):
                 names = [f"{prefix}.{a}" if prefix else a for a in attrs]
                 groups.append(MergedLinears(names, linears, enabled))
     return groups
