@@ -26,6 +26,12 @@ from mcprl_common.settings import ServiceSettings
 
 HealthFn = Callable[[], Awaitable[dict[str, Any]]]
 log = logging.getLogger(__name__)
+# Idle client connections stay open this long (uvicorn's default is 5 s). A client that
+# reuses a pooled connection as the server closes it gets "Server disconnected" on a request
+# the server never read; httpx and the openai SDK keep idle connections for 5 s, so the
+# server must keep them longer (75 s, the usual advice for servers behind a load balancer
+# that keeps them 60 s).
+KEEP_ALIVE_S = 75
 
 
 def add_ops_routes(
@@ -89,6 +95,7 @@ def run_service(app: Any, settings: ServiceSettings, service: str) -> None:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=int(settings.graceful_shutdown_s) or None,
+        timeout_keep_alive=KEEP_ALIVE_S,
         lifespan="on",
     )
     uvicorn.Server(config).run()

@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlparse
 
 import httpx
@@ -20,10 +20,10 @@ from fastmcp import Client
 from fastmcp.client import SSETransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
 
+from mcprl_common.mcp_transport import TransportKind, mcp_transport
 from mcprl_scenario_gen.errors import McpConnectionLost, McpToolError, McpUnreachableError
 
 log = logging.getLogger(__name__)
-TransportKind = Literal["auto", "http", "sse"]
 SQL_TOOLS = ("list_tables", "describe_table", "run_query")
 
 
@@ -82,11 +82,7 @@ def pick_transport(
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise McpUnreachableError(f"MCP URL must be http(s)://host[:port]/path, got {url!r}",
                                   param="mcp_url")
-    if kind == "auto":
-        kind = "sse" if parsed.path.rstrip("/").endswith("/sse") else "http"
-    if kind == "sse":
-        return SSETransport(url, auth=auth_token or None)
-    return StreamableHttpTransport(url, auth=auth_token or None)
+    return mcp_transport(url, kind, auth_token)
 
 
 class McpConnection:

@@ -23,6 +23,7 @@ from fastmcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from mcprl_common.mcp_transport import mcp_transport
 from mcprl_trainer.recovery import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,8 @@ async def open_session(url: str, *, auth_token: str | None = None,
     close a session whose server went away is logged, not raised (the rollout is complete).
     """
 
-    client = Client(url, auth=auth_token, timeout=timeout_s, init_timeout=timeout_s)
+    client = Client(mcp_transport(url, auth_token=auth_token), timeout=timeout_s,
+                    init_timeout=timeout_s)
     try:
         await client.__aenter__()
         session = McpSession(client, timeout_s)
