@@ -4,12 +4,13 @@
 # decode step with and without the merged q/k/v and gate/up GEMMs (fuse=proj), bare and
 # serving a LoRA. Each part has its own time limit, so a slow one leaves the others' results.
 #
-#   carry [".whl", "models/tiny-test"]:  bash bench/device/issue15_gpu.sh
+#   carry [".whl", "models/tiny-test"]:  PARTS="tests decode" bash bench/device/issue15_gpu.sh
+#   then, on the warm machine:            PARTS=trainer bash bench/device/issue15_gpu.sh
 #
 # Here, before the call: `make gpu-wheels tiny-model`. What comes back in $OUT: gpu.txt,
 # cuda-tests.log, trainer-update.json (+ .log), inference-fuse-proj.json (+ .log). Keep the
 # JSON as docs/bench/trainer-update-<card>-<date>.json and inference-<card>-fuse-proj-<date>.json.
-# PARTS (default "tests trainer decode") picks the parts.
+# PARTS (default "tests trainer decode", more than one call's 600 s) picks the parts.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out} SITE=${SITE:-$HOME/site}
@@ -53,11 +54,12 @@ if [[ " $PARTS " == *" trainer "* ]]; then
 fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
-  # norm (the CUDA default) against norm+proj, each bare and serving an unmerged LoRA, with
-  # the kernels of one decode step by class.
-  say "decode, batch 64, norm vs norm+proj"
-  timeout 240 python3 bench/bench_inference.py --device cuda --batches 64 --new-tokens 128 \
-    --engines ours,lora-unmerged --fuse norm,norm+proj --kernel-profile \
+  # norm (the CUDA default) against norm+proj and norm+rotary+proj (the compiled rotary now
+  # in decode steps only), each bare and serving an unmerged LoRA, with the kernels of one
+  # decode step by class.
+  say "decode, batch 64, norm vs norm+proj vs norm+rotary+proj"
+  timeout 330 python3 bench/bench_inference.py --device cuda --batches 64 --new-tokens 128 \
+    --engines ours,lora-unmerged --fuse norm,norm+proj,norm+rotary+proj --kernel-profile \
     > "$OUT/inference-fuse-proj.json" 2> "$OUT/inference-fuse-proj.log"
   say "decode: exit $?"
 fi

@@ -47,8 +47,8 @@ class EngineConfig:
     (a ``torch.compile``d rotary embedding), ``proj`` (q/k/v and gate/up as one GEMM each,
     ``engine.merged_linears``); ``auto``: ``norm`` on CUDA, ``none`` on CPU.
     ``norm+rotary`` passes the CUDA graph test and makes a decode step 9% shorter (H100,
-    2026-12-06), but its compiled rotary slows the prefill as much, so it is opt-in.
-    ``proj`` is opt-in until a GPU run has measured it."""
+    2026-12-06); its compiled rotary slowed the prefill as much, so it now runs in decode
+    steps only. ``rotary`` and ``proj`` stay opt-in until a GPU run has measured them."""
     enable_prefix_caching: bool = True
     """Reuse the KV of earlier sequences for prompts that start with the same tokens (vLLM's
     ``--enable-prefix-caching``; see ``engine.prefix_cache``)."""

@@ -48,6 +48,9 @@ class ModelRunner:
         register_attention()
         # What active() turns on for this model (a kind install() found nothing for is a no-op).
         self._fused = fusions.parse(fuse, device.type)
+        # The compiled rotary runs in decode steps only: in a prefill (long, varying shapes)
+        # it was slower than the eager one (docs/benchmarks.md).
+        self._prefill_fused = self._fused - {fusions.ROTARY}
         self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
                                        rotary=fusions.ROTARY in self._fused)
         self.merged: list[merged_linears.MergedLinears] = []
@@ -144,12 +147,12 @@ class ModelRunner:
 
     # forward passes --------------------------------------------------------------------
     def _hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                mask: torch.Tensor | None) -> torch.Tensor:
+                mask: torch.Tensor | None, *, decode: bool = False) -> torch.Tensor:
         # A 4D mask is handed to every layer as it is, by every model's mask builder (Llama's
         # single mask, Qwen2's per-layer-type mapping alike). A dict is only understood by
         # models with layer types: Llama passed it to its mask builder, which returns None
         # for a custom attention, and decode then attended to stale cache positions.
-        with fusions.active(self._fused):
+        with fusions.active(self._fused if decode else self._prefill_fused):
             out = self.decoder(input_ids=input_ids, position_ids=position_ids,
                                attention_mask=mask, past_key_values=self.cache, use_cache=True)
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
@@ -236,7 +239,7 @@ class ModelRunner:
         mask = (self._arange[:attn_len][None, :] <= positions[:, None])[:, None, None, :]
         self.cache.plan_decode(positions, attn_len)
         try:
-            hidden = self._hidden(input_ids, positions[:, None], mask)
+            hidden = self._hidden(input_ids, positions[:, None], mask, decode=True)
         finally:
             self.cache.clear_plan()
         return self.lm_head(hidden[:, -1]).float()
