@@ -18,22 +18,26 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_fuse_settings_run_side_by_side() -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "bench_inference.py"), "--model",
-         str(ROOT / "models" / "tiny-test"), "--engines", "ours", "--fuse", "none,norm+rotary",
+         str(ROOT / "models" / "tiny-test"), "--engines", "ours,lora-unmerged", "--fuse",
+         "none,norm+rotary,proj",
          "--batches", "2", "--prompt-len", "8", "--new-tokens", "4", "--threads", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
-    assert report["fuse"] == ["none", "norm+rotary"]
+    assert report["fuse"] == ["none", "norm+rotary", "proj"]
     (result,) = report["results"]
     assert result["fusions"] == []  # the first setting's engine: nothing fused
     (row,) = result["rows"]
-    for key in ("ours", "fuse:norm+rotary"):
+    for key in ("ours", "fuse:norm+rotary", "fuse:proj", "lora-unmerged",
+                "lora-unmerged:fuse:proj"):  # a LoRA engine per setting too
         assert row[key]["generated_tokens"] == 8 and row[key]["tokens_per_s"] > 0
     assert row["fuse:norm+rotary"]["fusions"] == ["rms_norm x7", "rotary (torch.compile)"]
+    assert row["fuse:proj"]["fusions"] == ["merged projections x6"]
 
 
 def test_an_unknown_fuse_setting_is_refused() -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "bench_inference.py"), "--fuse", "norm,fast"],
         cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--fuse takes auto, none, norm, norm+rotary" in proc.stderr
+    assert proc.returncode == 2 and "fuse must be auto, none or kinds of norm, rotary, proj " \
+        "joined by '+', got 'fast'" in proc.stderr
