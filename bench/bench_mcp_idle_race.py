@@ -86,9 +86,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "company.db"
         ensure_database(db, "default", 42)
-        in_thread = UvicornThread(create_app(McpServerSettings(host="127.0.0.1", port=0,
-                                                               db_path=db)))
-        with in_thread:  # uvicorn's defaults: 5 s keep-alive
+        settings = McpServerSettings(host="127.0.0.1", port=0, db_path=db)
+        in_thread = UvicornThread(create_app(settings), keep_alive_s=5)  # uvicorn's default
+        with in_thread:
             wait_healthy(f"{in_thread.url}/healthz", timeout_s=30)
             for name, ours in (("server_5s_client_default", False),
                                ("server_5s_client_ours", True)):

@@ -80,14 +80,24 @@ def wait_healthy(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"{url} not healthy after {timeout_s:.0f}s ({last})")
 
 
+# Idle client connections stay open this long (uvicorn's default is 5 s). A client that
+# reuses a pooled connection as the server closes it gets "Server disconnected" on a request
+# the server never read; httpx and the openai SDK keep idle connections for 5 s, and
+# Prometheus scrapes the trainer every 5 s, so servers keep them longer (75 s, the usual
+# advice for servers behind a load balancer that keeps them 60 s). docs/reliability.md.
+KEEP_ALIVE_S = 75
+
+
 class UvicornThread:
     """An ASGI app served by uvicorn on a background thread, for in-process tests."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int | None = None, *,
+                 keep_alive_s: float = KEEP_ALIVE_S) -> None:
         self.host = host
         self.port = port or free_port(host)
         config = uvicorn.Config(app, host=host, port=self.port, log_config=None,
-                                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=5,
+                                timeout_keep_alive=keep_alive_s)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"uvicorn:{self.port}",
                                        daemon=True)

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from mcprl_common.errors import install_error_handlers
 from mcprl_common.logging import configure_logging
 from mcprl_common.metrics import HttpMetricsMiddleware, metrics_response
-from mcprl_common.process import raise_open_files_limit
+from mcprl_common.process import KEEP_ALIVE_S, raise_open_files_limit
 from mcprl_common.request_limits import (
     DEFAULT_MAX_BODY_BYTES,
     BodyLimitMiddleware,
@@ -26,12 +26,6 @@ from mcprl_common.settings import ServiceSettings
 
 HealthFn = Callable[[], Awaitable[dict[str, Any]]]
 log = logging.getLogger(__name__)
-# Idle client connections stay open this long (uvicorn's default is 5 s). A client that
-# reuses a pooled connection as the server closes it gets "Server disconnected" on a request
-# the server never read; httpx and the openai SDK keep idle connections for 5 s, so the
-# server must keep them longer (75 s, the usual advice for servers behind a load balancer
-# that keeps them 60 s).
-KEEP_ALIVE_S = 75
 
 
 def add_ops_routes(
