@@ -18,6 +18,7 @@ number of kernels, never which function runs.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,7 @@ class MergedLinears:
     def __init__(self, names: list[str], linears: list[nn.Linear],
                  enabled: Callable[[], bool]) -> None:
         self.names, self.linears, self._enabled = names, linears, enabled
-        ends = list(torch.tensor([m.out_features for m in linears]).cumsum(0).tolist())
+        ends = list(itertools.accumulate(m.out_features for m in linears))
         self.bounds = list(zip([0, *ends[:-1]], ends, strict=True))
         self.out_features = ends[-1]
         self.lora: Any = None  # a lora_layers.MergedLora, once an adapter reaches the group
