@@ -2,10 +2,10 @@
 
 uvicorn (our MCP server, FastMCP's) closes a connection idle for 5 s, and httpx kept one for
 5 s too: a tool call sent on a pooled connection as the server closed it came back as
-"MCP server dropped the session: Connection closed" (about 1 call in 200 after a ~5 s agent
-turn, 82 in one GPU learning run). The client now reuses a connection only within
-``KEEPALIVE_EXPIRY_S`` of its last use; this test watches the client port of each request on
-the real server.
+"MCP server dropped the session: Connection closed" (2 of 128 sessions with ~5 s agent
+turns in bench/bench_mcp_idle_race.py, 82 in one GPU learning run). The client now reuses a
+connection only within ``KEEPALIVE_EXPIRY_S`` of its last use; this test watches the client
+port of each request on the real server.
 """
 
 from __future__ import annotations
