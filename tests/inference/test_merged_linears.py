@@ -143,6 +143,17 @@ def test_weights_moved_apart_run_unmerged_until_merged_again(tiny_test_model: Pa
     assert all(len(o.token_ids) == 8 for o in after)
 
 
+@pytest.mark.parametrize(("fuse", "device_type", "kinds"), [
+    ("auto", "cuda", {"norm", "rotary", "proj"}),  # all measured faster on a GPU
+    ("auto", "cpu", set()),  # proj had no steady gain on a CPU
+    ("none", "cuda", set()),
+    ("proj + norm", "cpu", {"norm", "proj"}),
+])
+def test_fuse_settings_name_the_kinds_that_run(fuse: str, device_type: str,
+                                               kinds: set[str]) -> None:
+    assert fusions.parse(fuse, device_type) == kinds
+
+
 @pytest.mark.parametrize("fuse", ["nrom", "norm+", "auto+proj"])
 def test_unknown_fusions_are_refused_by_name(tiny_test_model: Path, fuse: str) -> None:
     with pytest.raises(ValueError, match="fuse must be auto, none or kinds of"):

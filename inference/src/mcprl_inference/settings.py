@@ -76,8 +76,9 @@ class InferenceSettings(ServiceSettings):
     trust_remote_code: bool = Field(False, description="Allow model code from the model folder.")
     decode_attention: str = Field("auto", description="Decode attention kernel: auto, sdpa, "
                                                       "matmul.")
-    fuse: str = Field("auto", description="Fused kernels: auto (norm on CUDA, none on CPU), "
-                                          "none, or kinds joined by '+': norm (fused RMSNorm), "
+    fuse: str = Field("auto", description="Fused kernels: auto (norm+rotary+proj on CUDA, "
+                                          "none on CPU), none, or kinds joined by '+': norm "
+                                          "(fused RMSNorm), "
                                           "rotary (compiled rotary embedding), proj (q/k/v and "
                                           "gate/up as one GEMM each), e.g. norm+proj.")
     enable_prefix_caching: bool = Field(
