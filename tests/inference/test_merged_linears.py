@@ -106,6 +106,28 @@ def test_one_gemm_per_group_in_the_engine_and_the_plain_model_outside(
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
 
 
+def test_prefills_run_the_linears_unmerged_and_decode_steps_merged(tiny_test_model: Path
+                                                                   ) -> None:
+    """A prefill is bound by compute, a decode step by kernel count: only decode steps merge
+    (a merged gate/up would leave SiLU and its product to strided column slices)."""
+
+    eng = engine(tiny_test_model, "proj")
+    try:
+        runner, layers = eng.runner, eng.model.config.num_hidden_layers
+        runner.ensure_capacity(2, 32)
+        tokens, positions = torch.tensor([7, 8]), torch.tensor([5, 5])
+        with torch.inference_mode():
+            prefill, decode = CountLinears(), CountLinears()
+            with prefill:
+                runner.prefill([[1, 2, 3, 4, 5]] * 2, [0, 1])
+            with decode:
+                runner.decode(tokens, positions, 5, None)
+    finally:
+        eng.shutdown()
+    assert len(prefill.widths) == 7 * layers + 1
+    assert len(decode.widths) == 4 * layers + 1
+
+
 def test_weights_moved_apart_run_unmerged_until_merged_again(tiny_test_model: Path) -> None:
     """What a device move does (sleep on a GPU): each parameter gets its own storage. The
     members then run their own linears, with the new weights, until ``merge`` lays them end

@@ -48,9 +48,11 @@ class ModelRunner:
         register_attention()
         # What active() turns on for this model (a kind install() found nothing for is a no-op).
         self._fused = fusions.parse(fuse, device.type)
-        # The compiled rotary runs in decode steps only: in a prefill (long, varying shapes)
-        # it was slower than the eager one (docs/benchmarks.md).
-        self._prefill_fused = self._fused - {fusions.ROTARY}
+        # The compiled rotary and the merged GEMMs run in decode steps only. A decode step is
+        # bound by kernel count, a prefill by compute: there the compiled rotary was slower
+        # than the eager one, and a merged gate/up leaves SiLU and its product to strided
+        # column slices of one wide output, for no fewer FLOPs (docs/benchmarks.md).
+        self._prefill_fused = self._fused - {fusions.ROTARY, fusions.PROJ}
         self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
                                        rotary=fusions.ROTARY in self._fused)
         self.merged: list[merged_linears.MergedLinears] = []
