@@ -78,9 +78,9 @@ class InferenceSettings(ServiceSettings):
                                                       "matmul.")
     fuse: str = Field("auto", description="Fused kernels: auto (norm+rotary+proj on CUDA, "
                                           "none on CPU), none, or kinds joined by '+': norm "
-                                          "(fused RMSNorm), "
-                                          "rotary (compiled rotary embedding), proj (q/k/v and "
-                                          "gate/up as one GEMM each), e.g. norm+proj.")
+                                          "(fused RMSNorm), rotary (compiled rotary embedding) "
+                                          "and proj (q/k/v and gate/up as one GEMM each), both "
+                                          "in decode steps only; e.g. norm+proj.")
     enable_prefix_caching: bool = Field(
         True, description="Reuse the KV of earlier sequences for prompts that start with the "
                           "same tokens (vLLM --enable-prefix-caching): an agent's next turn and "

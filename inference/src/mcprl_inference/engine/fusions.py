@@ -3,10 +3,11 @@
 A CUDA graph removes the CPU cost of a step but still runs every small kernel; HF's RMSNorm
 is ~7 elementwise kernels and rotary embeddings ~10 per layer. While the engine's forward passes
 run (``active()``), allow-listed RMSNorm modules use PyTorch's fused ``rms_norm`` and, with
-``rotary``, the model's ``apply_rotary_pos_emb`` is replaced by a ``torch.compile``d one
-(in decode steps: the model runner leaves it out of prefills, where it was slower);
-with ``proj``, q/k/v and gate/up run as one GEMM each (:mod:`.merged_linears`). Outside
-the engine (training, plain ``generate``) the model behaves exactly as before.
+``rotary``, the model's ``apply_rotary_pos_emb`` is replaced by a ``torch.compile``d one,
+and with ``proj``, q/k/v and gate/up run as one GEMM each (:mod:`.merged_linears`). The
+model runner turns these two on in decode steps only: prefills are bound by compute, not by
+kernel count, and the compiled rotary was slower there. Outside the engine (training,
+plain ``generate``) the model behaves exactly as before.
 
 The rotary function is patched in the model's module, which every model of that class in
 the process shares; so what is active is per thread (a context variable, each engine steps

@@ -5,9 +5,10 @@ A 3B decode step at batch 64 spends more time in its GEMMs than reading the weig
 (docs/benchmarks.md): q, k and v, and gate and up, are separate small GEMMs over the same
 input (k and v only 256 columns wide). :func:`merge` lays each group's weights end to end in
 one tensor and makes the modules' own parameters views of it: the same names, state dict and
-memory, and in-place writes (the merged-LoRA mode) still land in the merged weight. While
-the engine runs, the first member called with an input computes the whole group's output
-once; each member returns its column slice. HF's attention and MLP code stays as it is: it
+memory, and in-place writes (the merged-LoRA mode) still land in the merged weight. In the
+engine's decode steps, the first member called with an input computes the whole group's
+output once; each member returns its column slice. Prefills, bound by compute, run the
+members' own linears. HF's attention and MLP code stays as it is: it
 calls ``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)`` in turn with the same ``x``.
 
 Anything else runs the member's own linear: a call outside the engine, another input, or
