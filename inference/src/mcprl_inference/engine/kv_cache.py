@@ -54,7 +54,8 @@ def slot_attention(
 
     Returns ``[B, T, H, D]``.
 
-    Decode (one query token, boolean length mask) folds the query heads of a KV group into the
+    Decode (one query token and a length mask: additive from the model runner's decode
+    steps, boolean from an extend of one token) folds the query heads of a KV group into the
     query-length axis, so grouped-query attention needs no ``repeat_kv`` copy of the cache.
     """
 
@@ -66,7 +67,8 @@ def slot_attention(
         if _DECODE_KERNEL["name"] == "matmul":
             scale = scaling if scaling is not None else d**-0.5
             scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale
-            scores = scores.masked_fill(~attention_mask, float("-inf"))
+            scores = (scores.masked_fill(~attention_mask, float("-inf"))
+                      if attention_mask.dtype == torch.bool else scores + attention_mask)
             probs = torch.softmax(scores, dim=-1).to(value.dtype)
             out = torch.matmul(probs, value)
         else:

@@ -238,7 +238,11 @@ class ModelRunner:
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         attn_len: int) -> torch.Tensor:
-        mask = (self._arange[:attn_len][None, :] <= positions[:, None])[:, None, None, :]
+        # Additive (0 / -inf, the model's dtype), built once a step: SDPA turns a boolean mask
+        # into this form in every layer, one more kernel each (docs/benchmarks.md).
+        allowed = self._arange[:attn_len][None, :] <= positions[:, None]
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(
+            ~allowed, float("-inf"))[:, None, None, :]
         self.cache.plan_decode(positions, attn_len)
         try:
             hidden = self._hidden(input_ids, positions[:, None], mask, decode=True)
