@@ -3,7 +3,8 @@
 CPU (default): the tiny models at batch 1/8/32. ``--engines ours,lora-merged,lora-unmerged``
 adds our engine serving a LoRA adapter, merged into the weights and unmerged (the engine's
 own LoRA branch, ``engine/lora_layers.py``). ``--fuse norm,norm+proj`` runs one engine per
-fused-kernel setting, side by side, each on its own copy of the model.
+fused-kernel setting, side by side, each on its own copy of the model, and
+``--decode-attention sdpa,triton`` one per decode attention kernel (``engine/decode_attention.py``).
 GPU (the H200 figures in bench/anchors.json)::
 
     python bench/bench_inference.py --device cuda --model-shape qwen2.5-3b
@@ -39,7 +40,13 @@ from anchors import anchors  # noqa: E402  (bench/, the script's own folder)
 from kernel_profile import kernel_profile  # noqa: E402
 from model_shapes import QWEN25_3B  # noqa: E402
 
-from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams, fusions  # noqa: E402
+from mcprl_inference.engine import (  # noqa: E402
+    EngineConfig,
+    LLMEngine,
+    SamplingParams,
+    decode_attention,
+    fusions,
+)
 
 # device-to-device copy, read + write bytes, measured on the anchors' H200
 H200_COPY_BYTES_PER_S = float(anchors()["device_copy_bytes_per_s"])
@@ -164,18 +171,22 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
 
     def make(m: Any, **extra: Any) -> LLMEngine:
         extra.setdefault("fuse", args.fuse[0])
+        extra.setdefault("decode_attention", args.decode_attention[0])
         return LLMEngine(m, None, EngineConfig(
             max_batch_size=max(args.batches),
             max_model_len=args.prompt_len + args.new_tokens + 16,
-            cuda_graphs=not args.no_graphs, decode_attention=args.decode_attention,
-            max_prefill_tokens=args.max_prefill_tokens, profile=args.profile,
-            **extra)).start()
+            cuda_graphs=not args.no_graphs, max_prefill_tokens=args.max_prefill_tokens,
+            profile=args.profile, **extra)).start()
 
-    # Copies first: an engine patches its model's norm modules in place. Which fusions run
-    # is decided per engine, so the settings can share the process (and the GPU, in turn).
-    copies = {f: copy.deepcopy(model) for f in args.fuse[1:]}
+    # Copies first: an engine patches its model's norm modules in place. Which fusions and
+    # decode attention kernel run is decided per engine, so the settings can share the
+    # process (and the GPU, in turn). Rows: fuse:<setting>, attn:<kernel>.
+    arms = [("fuse", f) for f in args.fuse[1:]] + [
+        ("attn", a) for a in args.decode_attention[1:]]
+    copies = {f"{kind}:{value}": (kind, value, copy.deepcopy(model)) for kind, value in arms}
     engine = make(model)
-    fused = {f: make(m, fuse=f) for f, m in copies.items()}
+    fused = {label: make(m, **{"fuse" if kind == "fuse" else "decode_attention": value})
+             for label, (kind, value, m) in copies.items()}
     loras = lora_engines(model, args, make)
     rows = []
     try:
@@ -187,10 +198,11 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                 cold = run_engine(engine, prompts, args.new_tokens)
                 row["ours"] = run_engine(engine, prompts, args.new_tokens)
                 row["ours"]["first_run_tokens_per_s"] = cold["tokens_per_s"]
-            for setting, fused_engine in fused.items():
+            for label, fused_engine in fused.items():
                 run_engine(fused_engine, prompts, args.new_tokens)  # warm-up, compiles
-                row[f"fuse:{setting}"] = run_engine(fused_engine, prompts, args.new_tokens)
-                row[f"fuse:{setting}"]["fusions"] = fused_engine.runner.fusions
+                row[label] = run_engine(fused_engine, prompts, args.new_tokens)
+                row[label]["fusions"] = fused_engine.runner.fusions
+                row[label]["decode_attention"] = fused_engine.runner.decode_kernel
             for mode, lora_engine in loras.items():
                 run_engine(lora_engine, prompts, args.new_tokens, "policy")  # warm-up
                 row[f"lora-{mode}"] = run_engine(lora_engine, prompts, args.new_tokens, "policy")
@@ -205,14 +217,14 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                 floor = decode_floor(model, batch, args.prompt_len + args.new_tokens,
                                      engine.runner.cache.bytes_per_token)
                 row["decode_floor"] = floor
-                for key in ("ours", *(f"fuse:{f}" for f in fused)):
+                for key in ("ours", *fused):
                     if key in row:
                         row[key]["share_of_floor_step"] = round(
                             floor["ms_per_decode_step"] / row[key]["ms_per_decode_step"], 3)
                 if "ours" in row:
                     row["ours_share_of_floor_step"] = row["ours"]["share_of_floor_step"]
             if args.kernel_profile and device.type == "cuda":
-                engines = {"ours": engine, **{f"fuse:{f}": e for f, e in fused.items()},
+                engines = {"ours": engine, **fused,
                            **{f"lora-{m}": e for m, e in loras.items()}}
                 row["kernel_profile"] = {key: decode_profile(e, batch, args.prompt_len
                                                              + args.new_tokens // 2)
@@ -265,6 +277,16 @@ def _fuse_list(text: str) -> list[str]:
     return items
 
 
+def _attention_list(text: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in items if x not in ("auto", *decode_attention.KERNELS)]
+    if not items or unknown:
+        raise argparse.ArgumentTypeError(
+            f"--decode-attention takes auto or {', '.join(decode_attention.KERNELS)}, "
+            "comma-separated")
+    return items
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -281,7 +303,10 @@ def main() -> None:
                          "engine serving a random --lora-rank adapter on every linear layer)")
     ap.add_argument("--lora-rank", type=int, default=8)
     ap.add_argument("--no-graphs", action="store_true", help="disable CUDA graphs (ablation)")
-    ap.add_argument("--decode-attention", default="auto", choices=["auto", "sdpa", "matmul"])
+    ap.add_argument("--decode-attention", default="auto", type=_attention_list,
+                    help="decode attention kernel: auto, sdpa, matmul, triton (split-K, "
+                         "CUDA); a comma-separated list runs one engine per kernel, rows "
+                         "'attn:<kernel>' after the first, with the first --fuse setting")
     ap.add_argument("--max-prefill-tokens", type=int, default=None)
     ap.add_argument("--fuse", default="auto", type=_fuse_list,
                     help="fused decode kernels (mcprl_inference.engine.fusions): auto, none, "

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def _engine(model_path: Path, graphs: bool, dtype: str = "float32",
-            fuse: str = "auto") -> LLMEngine:
+            fuse: str = "auto", decode_attention: str = "auto") -> LLMEngine:
     cfg = EngineConfig(device="cuda", dtype=dtype, max_batch_size=16, max_model_len=512,
-                       cuda_graphs=graphs, fuse=fuse)
+                       cuda_graphs=graphs, fuse=fuse, decode_attention=decode_attention)
     return LLMEngine.from_pretrained(str(model_path), cfg).start()
 
 
@@ -46,17 +46,20 @@ def _reference(model, prompt: list[int], completion: list[int]) -> list[float]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("fuse", ["norm", "norm+rotary", "norm+proj"])
+@pytest.mark.parametrize(("fuse", "attention"), [
+    ("norm", "sdpa"), ("norm+rotary", "sdpa"), ("norm+proj", "sdpa"), ("auto", "triton")])
 @pytest.mark.parametrize("model_fixture", ["tiny_test_model", "smollm2_model"])
-def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, request) -> None:
+def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, attention: str,
+                                                request) -> None:
     """Qwen2 (tiny-test) and Llama (SmolLM2): the two architectures the project serves; with
     the CUDA default's fused RMSNorm, with the compiled rotary embedding captured in the
-    graphs too, and with the merged q/k/v and gate/up GEMMs."""
+    graphs too, with the merged q/k/v and gate/up GEMMs, and with all of them and the
+    split-K decode attention."""
 
     tiny_test_model: Path = request.getfixturevalue(model_fixture)
     torch.backends.cuda.matmul.allow_tf32 = False
     prompts = _prompts(21)  # > max_batch_size: slots are reused, rows compacted mid-flight
-    graphs = _engine(tiny_test_model, graphs=True, fuse=fuse)
+    graphs = _engine(tiny_test_model, graphs=True, fuse=fuse, decode_attention=attention)
     try:
         assert ("rotary (torch.compile)" in graphs.runner.fusions) == ("rotary" in fuse)
         outs = _run(graphs, prompts, seed=3)

@@ -12,7 +12,8 @@ Plans tell ``update`` what the current forward pass is:
 - prefill: rows are new sequences (right-padded prompts) written to ``slots`` at positions
   ``0..T-1``; attention runs causally over the fresh keys only (no prefix to attend to);
 - decode: row ``i`` is slot ``i``, its one new token goes to ``positions[i]`` and attention
-  reads the first ``attn_len`` positions of the slot under a length mask;
+  reads the first ``attn_len`` positions of the slot under a length mask (or, with the
+  split-K kernel of :mod:`.decode_attention`, the whole slot up to each row's length);
 - extend: one sequence whose first ``start`` positions already hold a cached prefix: its new
   tokens go to ``start..`` and attention reads the whole slot under a causal mask;
 - extend_batch: several such sequences in one pass, right-padded: only each row's real new
@@ -27,6 +28,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from mcprl_inference.engine.decode_attention import decode_attention
 
 ATTN_IMPLEMENTATION = "mcprl_slots"
 _DECODE_KERNEL = {"name": "sdpa"}
@@ -57,6 +60,8 @@ def slot_attention(
     Decode (one query token and a length mask: additive from the model runner's decode
     steps, boolean from an extend of one token) folds the query heads of a KV group into the
     query-length axis, so grouped-query attention needs no ``repeat_kv`` copy of the cache.
+    A decode step of the split-K kernel brings each row's length instead of a mask (an
+    integer ``[B, 1, 1, 1]``, which transformers hands to every layer as any 4D mask).
     """
 
     b, h, t, d = query.shape
@@ -64,6 +69,9 @@ def slot_attention(
     groups = h // hkv
     if t == 1 and attention_mask is not None:
         q = query.reshape(b, hkv, groups, d)
+        if not attention_mask.is_floating_point() and attention_mask.dtype != torch.bool:
+            scale = scaling if scaling is not None else d**-0.5
+            return decode_attention(q, key, value, attention_mask.view(-1), scale), None
         if _DECODE_KERNEL["name"] == "matmul":
             scale = scaling if scaling is not None else d**-0.5
             scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale

@@ -1,12 +1,14 @@
 """Runs the model: batched prefill into cache slots and the batched decode step.
 
 On CUDA the decode step is captured once per (batch bucket, attention-length bucket, LoRA
-graph key) in a CUDA graph and replayed: one launch for the whole 36-layer forward instead of
-~1,000 Python-dispatched kernels, which is what bounds plain ``generate`` at small batch. The
-LoRA graph key (``LoraManager.graph_key``) says whether LoRA runs and at which rank, not which
-adapter: adapters are written in place into the buffers a graph reads. Inputs live in static
-buffers; the KV cache is the shared static one of :mod:`.kv_cache`. Prefill runs
-eagerly (it is compute-bound, and its shapes vary). The CPU runs the same functions eagerly.
+graph key) in a CUDA graph and replayed (with the split-K decode attention the length is the
+whole slot: one graph per batch bucket and LoRA key): one launch for the whole 36-layer
+forward instead of ~1,000 Python-dispatched kernels, which is what bounds plain ``generate``
+at small batch. The LoRA graph key (``LoraManager.graph_key``) says whether LoRA runs and at
+which rank, not which adapter: adapters are written in place into the buffers a graph reads.
+Inputs live in static buffers; the KV cache is the shared static one of :mod:`.kv_cache`.
+Prefill runs eagerly (it is compute-bound, and its shapes vary). The CPU runs the same
+functions eagerly.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 from mcprl_inference.engine import fusions, merged_linears
+from mcprl_inference.engine.decode_attention import resolve as resolve_decode_kernel
 from mcprl_inference.engine.kv_cache import (
     ATTN_IMPLEMENTATION,
     SlotKVCache,
@@ -61,7 +64,11 @@ class ModelRunner:
                 model, functools.partial(fusions.is_active, fusions.PROJ))
             if self.merged:
                 self.fusions.append(f"merged projections x{len(self.merged)}")
-        set_decode_kernel("sdpa" if decode_attention == "auto" else decode_attention)
+        # "triton": decode steps run the split-K kernel, which reads each row's length, so
+        # their window is the whole slot and a graph is not keyed by a length bucket; a
+        # one-token extend still takes SDPA.
+        self.decode_kernel = resolve_decode_kernel(decode_attention, device)
+        set_decode_kernel("sdpa" if self.decode_kernel == "triton" else self.decode_kernel)
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = model
         self.device, self.dtype = device, dtype
@@ -238,11 +245,14 @@ class ModelRunner:
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         attn_len: int) -> torch.Tensor:
-        # Additive (0 / -inf, the model's dtype), built once a step: SDPA turns a boolean mask
-        # into this form in every layer, one more kernel each (docs/benchmarks.md).
-        allowed = self._arange[:attn_len][None, :] <= positions[:, None]
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(
-            ~allowed, float("-inf"))[:, None, None, :]
+        if self.decode_kernel == "triton":  # each row's length, read by the split-K kernel
+            mask = (positions + 1).to(torch.int32)[:, None, None, None]
+        else:
+            # Additive (0 / -inf, the model's dtype), built once a step: SDPA turns a boolean
+            # mask into this form in every layer, one more kernel each (docs/benchmarks.md).
+            allowed = self._arange[:attn_len][None, :] <= positions[:, None]
+            mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device
+                               ).masked_fill_(~allowed, float("-inf"))[:, None, None, :]
         self.cache.plan_decode(positions, attn_len)
         try:
             hidden = self._hidden(input_ids, positions[:, None], mask, decode=True)
@@ -258,7 +268,8 @@ class ModelRunner:
         """
 
         rows = tokens.shape[0]
-        attn_len = min(self.length_bucket(max_pos + 1), self.cache.capacity)
+        attn_len = (self.cache.capacity if self.decode_kernel == "triton"
+                    else min(self.length_bucket(max_pos + 1), self.cache.capacity))
         if not self.use_graphs:
             return self._decode_forward(tokens[:, None], positions, attn_len)
         bucket = self.row_bucket(rows)

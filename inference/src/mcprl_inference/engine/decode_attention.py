@@ -1,0 +1,185 @@
+"""Split-K decode attention over the slot cache (Triton): one query token per sequence.
+
+Why not SDPA: a decode step's attention reads the KV of every running sequence once, so it is
+bound by memory bandwidth, and SDPA's kernels are built for long query blocks. Handed a
+decode step (the query heads of a KV group folded into the query axis), cuDNN's flash kernel
+runs one block per (sequence, KV head) and read the cache at about half an H100's bandwidth
+(docs/benchmarks.md); it also needs a window of a fixed length, so the model runner rounds
+the window up (a 256-token bucket) and keys each captured CUDA graph by that length.
+
+This kernel (the flash-decoding scheme) splits each sequence's keys into chunks that run in
+parallel, each with an online softmax over all the query heads of its KV group (so the cache
+is read once per KV head, as grouped-query attention allows), then merges the chunks by
+their log-sum-exp. Each sequence stops at its own length, read from a tensor: the window is
+the whole slot, the graph does not depend on it, and no mask is built or read.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+try:  # CUDA wheels of torch bring Triton; a CPU install may not have it
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised where Triton is absent
+    triton = None
+
+BLOCK_N = 64  # keys a program loads per iteration
+MAX_SPLITS = 64
+KERNELS = ("sdpa", "matmul", "triton")
+
+
+def available(device: torch.device) -> bool:
+    """Whether the kernel can run on ``device``: CUDA with Triton, or any device under
+    Triton's interpreter (``TRITON_INTERPRET=1``, how the CPU tests run it)."""
+
+    return triton is not None and (device.type == "cuda"
+                                   or os.environ.get("TRITON_INTERPRET") == "1")
+
+
+def resolve(name: str, device: torch.device) -> str:
+    """The decode attention setting -> the kernel that runs: ``auto`` is ``sdpa``."""
+
+    if name not in ("auto", *KERNELS):
+        raise ValueError(f"decode attention must be auto or one of {', '.join(KERNELS)}, "
+                         f"got {name!r}")
+    if name == "triton" and not available(device):
+        raise ValueError("decode attention 'triton' needs a CUDA device and the triton "
+                         "package (on a CPU: TRITON_INTERPRET=1, for tests)")
+    return "sdpa" if name == "auto" else name
+
+
+def num_splits(rows: int, kv_heads: int, window: int, programs: int) -> int:
+    """Chunks per sequence: enough programs to fill the GPU (``programs``, a few per SM),
+    none shorter than a block, at most ``MAX_SPLITS``. Fixed for a graph's shapes."""
+
+    blocks = -(-window // BLOCK_N)
+    want = -(-programs // max(rows * kv_heads, 1))
+    return max(1, min(want, blocks, MAX_SPLITS))
+
+
+@functools.cache
+def _programs(device_index: int) -> int:
+    return 4 * torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+if triton is not None:
+
+    @triton.jit
+    def _attention_chunk_kernel(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, lse_ptr,
+                      sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
+                      so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s,
+                      scale, chunk,
+                      GROUPS: tl.constexpr, G_PAD: tl.constexpr, DIM: tl.constexpr,
+                      D_PAD: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
+        """Attention of one (sequence, KV head) over one chunk of its keys: the normalised
+        partial output and its log-sum-exp (-inf for a chunk past the sequence's end).
+        ``IEEE``: float32 inputs multiply in float32, not TF32 (as torch's default)."""
+
+        b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        length = tl.load(len_ptr + b)
+        start = s * chunk
+        end = tl.minimum(start + chunk, length)
+        g = tl.arange(0, G_PAD)
+        d = tl.arange(0, D_PAD)
+        n = tl.arange(0, BLOCK)
+        g_ok, d_ok = g < GROUPS, d < DIM
+        q = tl.load(q_ptr + b * sq_b + h * sq_h + g[:, None] * sq_g + d[None, :],
+                    mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+        m = tl.full((G_PAD,), float("-inf"), tl.float32)
+        total = tl.zeros((G_PAD,), tl.float32)
+        acc = tl.zeros((G_PAD, D_PAD), tl.float32)
+        k_base = k_ptr + b * sk_b + h * sk_h
+        v_base = v_ptr + b * sv_b + h * sv_h
+        for first in range(start, end, BLOCK):
+            keys = first + n
+            ok = keys < end
+            k = tl.load(k_base + keys[:, None] * sk_n + d[None, :],
+                        mask=ok[:, None] & d_ok[None, :], other=0.0)
+            if IEEE:
+                scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            else:
+                scores = tl.dot(q, tl.trans(k)) * scale
+            scores = tl.where(ok[None, :], scores, float("-inf"))
+            m_new = tl.maximum(m, tl.max(scores, 1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(scores - m_new[:, None])
+            total = total * alpha + tl.sum(p, 1)
+            v = tl.load(v_base + keys[:, None] * sv_n + d[None, :],
+                        mask=ok[:, None] & d_ok[None, :], other=0.0)
+            if IEEE:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        has = total > 0.0
+        out = acc / tl.where(has, total, 1.0)[:, None]
+        lse = tl.where(has, m + tl.log(tl.where(has, total, 1.0)), float("-inf"))
+        tl.store(o_ptr + b * so_b + h * so_h + s * so_s + g[:, None] * so_g + d[None, :], out,
+                 mask=g_ok[:, None] & d_ok[None, :])
+        tl.store(lse_ptr + b * sl_b + h * sl_h + s * sl_s + g, lse, mask=g_ok)
+
+    @triton.jit
+    def _attention_merge_kernel(o_ptr, lse_ptr, out_ptr,
+                      so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s, sout_b, sout_h,
+                      SPLITS: tl.constexpr, S_PAD: tl.constexpr, GROUPS: tl.constexpr,
+                      DIM: tl.constexpr, D_PAD: tl.constexpr):
+        """One query head's output: its chunks weighted by their share of the softmax."""
+
+        b, h, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        s = tl.arange(0, S_PAD)
+        d = tl.arange(0, D_PAD)
+        s_ok, d_ok = s < SPLITS, d < DIM
+        lse = tl.load(lse_ptr + b * sl_b + h * sl_h + s * sl_s + g, mask=s_ok,
+                      other=float("-inf"))
+        weight = tl.exp(lse - tl.max(lse, 0))
+        weight = weight / tl.sum(weight, 0)
+        parts = tl.load(o_ptr + b * so_b + h * so_h + s[:, None] * so_s + g * so_g + d[None, :],
+                        mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        out = tl.sum(parts * weight[:, None], 0)
+        tl.store(out_ptr + b * sout_b + (h * GROUPS + g) * sout_h + d,
+                 out.to(out_ptr.dtype.element_ty), mask=d_ok)
+
+
+def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     lengths: torch.Tensor, scale: float, *, splits: int | None = None
+                     ) -> torch.Tensor:
+    """Attention of ``query [B, Hkv, G, D]`` (one token, the G query heads of each KV head)
+    over the first ``lengths[b]`` positions of ``key``/``value [B, Hkv, L, D]``.
+
+    Returns ``[B, 1, Hkv * G, D]`` (the layout the model's output projection reads, so no
+    transpose copy follows). ``splits`` defaults to :func:`num_splits` for this device.
+    """
+
+    if triton is None:
+        raise RuntimeError("decode attention 'triton' needs the triton package")
+    rows, kv_heads, groups, dim = query.shape
+    window = key.shape[2]
+    if key.stride(-1) != 1 or value.stride(-1) != 1 or query.stride(-1) != 1:
+        raise ValueError("decode_attention needs a contiguous last (head_dim) axis")
+    if splits is None:
+        programs = _programs(query.device.index or 0) if query.is_cuda else 128
+        splits = num_splits(rows, kv_heads, window, programs)
+    per_split = -(-window // splits)
+    chunk = -(-per_split // BLOCK_N) * BLOCK_N  # whole blocks per chunk
+    partial = torch.empty(rows, kv_heads, splits, groups, dim, dtype=torch.float32,
+                          device=query.device)
+    lse = torch.empty(rows, kv_heads, splits, groups, dtype=torch.float32, device=query.device)
+    out = torch.empty(rows, 1, kv_heads * groups, dim, dtype=query.dtype, device=query.device)
+    g_pad = max(16, triton.next_power_of_2(groups))
+    d_pad = max(16, triton.next_power_of_2(dim))
+    _attention_chunk_kernel[(rows, kv_heads, splits)](
+        query, key, value, lengths, partial, lse,
+        *query.stride()[:3], *key.stride()[:3], *value.stride()[:3],
+        *partial.stride()[:4], *lse.stride()[:3],
+        scale, chunk,
+        GROUPS=groups, G_PAD=g_pad, DIM=dim, D_PAD=d_pad, BLOCK=BLOCK_N,
+        IEEE=query.dtype == torch.float32, num_warps=4, num_stages=2)
+    _attention_merge_kernel[(rows, kv_heads, groups)](
+        partial, lse, out, *partial.stride()[:4], *lse.stride()[:3], out.stride(0),
+        out.stride(2), SPLITS=splits, S_PAD=max(2, triton.next_power_of_2(splits)),
+        GROUPS=groups, DIM=dim, D_PAD=d_pad, num_warps=4)
+    return out

@@ -1,0 +1,147 @@
+"""The split-K decode attention kernel (``engine.decode_attention``, Triton).
+
+CI has no GPU: the kernel runs under Triton's interpreter there (``TRITON_INTERPRET=1``, set
+before Triton compiles anything, so in a child process). The interpreter's ``tl.dot`` does not
+take bfloat16: it checks float32 here; the bfloat16 path is checked on CUDA
+(tests/inference/test_cuda_graphs.py and the CUDA test below).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from mcprl_inference.engine.decode_attention import MAX_SPLITS, num_splits, resolve
+
+_REFERENCE = """
+import torch
+
+def reference(q, k, v, lengths):
+    rows, kv_heads, groups, dim = q.shape
+    out = []
+    for b in range(rows):
+        n = int(lengths[b])
+        scores = q[b].float() @ k[b, :, :n].float().transpose(-1, -2) * dim**-0.5
+        out.append((torch.softmax(scores, -1) @ v[b, :, :n].float())
+                   .reshape(1, kv_heads * groups, dim))
+    return torch.stack(out)
+"""
+
+
+def _interpreted(script: str, timeout: float = 240) -> dict:
+    """Run ``script`` under Triton's interpreter; it prints one JSON object last."""
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
+                          capture_output=True, text=True, timeout=timeout,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_each_row_attends_to_exactly_its_own_length() -> None:
+    """Against plain softmax attention, for grouped (8 query heads a KV head, as Qwen2.5-3B),
+    odd (3) and no grouping, one chunk or several; positions past a row's length hold NaN,
+    so a kernel that read one would not come out finite."""
+
+    result = _interpreted(_REFERENCE + """
+import json
+from mcprl_inference.engine.decode_attention import decode_attention
+
+torch.manual_seed(0)
+errors = {}
+for rows, kv_heads, groups, dim, window in [(3, 2, 8, 16, 150), (2, 3, 3, 64, 70),
+                                            (4, 1, 1, 8, 300)]:
+    q = torch.randn(rows, kv_heads, groups, dim)
+    k = torch.randn(rows, kv_heads, window, dim)
+    v = torch.randn(rows, kv_heads, window, dim)
+    lengths = torch.randint(1, window + 1, (rows,))
+    lengths[0] = 1
+    for b in range(rows):
+        k[b, :, int(lengths[b]):] = float("nan")
+        v[b, :, int(lengths[b]):] = float("nan")
+    want = reference(q, k, v, lengths)
+    for splits in (1, 3, None):
+        got = decode_attention(q, k, v, lengths.to(torch.int32), dim**-0.5, splits=splits)
+        assert got.shape == (rows, 1, kv_heads * groups, dim), got.shape
+        errors[f"{rows}x{kv_heads}x{groups}x{dim}x{window}/{splits}"] = (
+            (got - want).abs().max().item())
+print(json.dumps(errors))
+""")
+    assert len(result) == 9
+    for case, error in result.items():
+        assert error < 1e-5, (case, error)  # NaN fails too
+
+
+def test_engine_decodes_the_same_with_the_split_k_kernel(tiny_test_model: Path) -> None:
+    """The whole engine on the tiny Qwen2 model: greedy tokens and their log-probs as with
+    SDPA, with more prompts than slots (rows compacted and slots reused mid-flight)."""
+
+    result = _interpreted(f"""
+import json
+from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams
+
+def run(kernel):
+    engine = LLMEngine.from_pretrained({str(tiny_test_model)!r}, EngineConfig(
+        device="cpu", dtype="float32", max_batch_size=4, max_model_len=256,
+        decode_attention=kernel)).start()
+    try:
+        prompts = [[(11 * i + 5 * j) % 1000 + 10 for j in range(4 + 7 * i)] for i in range(6)]
+        futures = [engine.add_request(p, SamplingParams(max_tokens=6 + 2 * i, temperature=0.0,
+                                                        ignore_eos=True))
+                   for i, p in enumerate(prompts)]
+        return [f.result(200).outputs[0] for f in futures]
+    finally:
+        engine.shutdown()
+
+split_k, sdpa = run("triton"), run("sdpa")
+print(json.dumps({{
+    "tokens": [o.token_ids for o in split_k], "want": [o.token_ids for o in sdpa],
+    "logprob_error": max(abs(a - b) for x, y in zip(split_k, sdpa)
+                         for a, b in zip(x.logprobs, y.logprobs, strict=True))}}))
+""")
+    assert [len(t) for t in result["tokens"]] == [6 + 2 * i for i in range(6)]
+    assert result["tokens"] == result["want"]
+    assert result["logprob_error"] < 1e-4
+
+
+def test_splits_fill_the_gpu_within_whole_blocks() -> None:
+    assert num_splits(rows=64, kv_heads=2, window=768, programs=528) == 5
+    assert num_splits(rows=1, kv_heads=2, window=768, programs=528) == 12  # 12 blocks of 64
+    assert num_splits(rows=256, kv_heads=2, window=768, programs=528) == 2
+    assert num_splits(rows=1, kv_heads=1, window=1 << 20, programs=528) == MAX_SPLITS
+    assert num_splits(rows=4096, kv_heads=8, window=10, programs=528) == 1
+
+
+def test_the_setting_names_a_kernel_that_can_run() -> None:
+    assert resolve("auto", torch.device("cpu")) == "sdpa"
+    assert resolve("matmul", torch.device("cpu")) == "matmul"
+    with pytest.raises(ValueError, match="one of sdpa, matmul, triton"):
+        resolve("flash", torch.device("cpu"))
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            resolve("triton", torch.device("cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_bfloat16_matches_attention() -> None:
+    from mcprl_inference.engine.decode_attention import decode_attention
+
+    namespace: dict = {}
+    exec(_REFERENCE, namespace)
+    gen = torch.Generator().manual_seed(0)
+    rows, kv_heads, groups, dim, window = 64, 2, 8, 128, 1024
+    q, k, v = (torch.randn(shape, generator=gen).to("cuda", torch.bfloat16) for shape in (
+        (rows, kv_heads, groups, dim), (rows, kv_heads, window, dim),
+        (rows, kv_heads, window, dim)))
+    lengths = torch.randint(1, window + 1, (rows,), generator=gen)
+    got = decode_attention(q, k, v, lengths.to("cuda", torch.int32), dim**-0.5)
+    want = namespace["reference"](q, k, v, lengths)
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
