@@ -72,9 +72,9 @@ def trained(tiny_test_model: Path, tmp_path: Path) -> UpdateGroup:
 
 
 # -- which runs publish through it ------------------------------------------------------------
-def test_default_is_auto_and_off_disables(tiny_test_model: Path, tmp_path: Path) -> None:
-    config = _config(tiny_test_model, tmp_path / "run")
-    assert config.publish_dir == "auto"
+def test_default_is_off_and_auto_is_dev_shm(tiny_test_model: Path, tmp_path: Path) -> None:
+    assert _config(tiny_test_model, tmp_path / "run").publish_dir == "off"
+    config = _config(tiny_test_model, tmp_path / "run", publish_dir="auto")
     assert root_for("auto") == (DEFAULT_ROOT if os.access(DEFAULT_ROOT, os.W_OK) else None)
     assert root_for("off") is None
     assert root_for(str(tmp_path)) == tmp_path
@@ -88,8 +88,8 @@ def test_default_is_auto_and_off_disables(tiny_test_model: Path, tmp_path: Path)
     finally:
         publish_dir.close()
     assert not publish_dir.folder.exists()
-    off = _config(tiny_test_model, tmp_path / "run", publish_dir="off")
-    assert open_publish_dir(off, distributed=False) is None
+    assert open_publish_dir(_config(tiny_test_model, tmp_path / "run"),
+                            distributed=False) is None
 
 
 @pytest.mark.parametrize("extra, distributed", [

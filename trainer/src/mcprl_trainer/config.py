@@ -337,11 +337,14 @@ class RunConfig(BaseSettings):
         "collective). false = the whole checkpoint before publishing, as before."
     )
     publish_dir: str = Field(
-        "auto", description="Where each step's adapter is written for the engines to load "
+        "off", description="Where each step's adapter is written for the engines to load "
         "when they run on this host: a tmpfs folder, so publishing skips the run volume's "
         "file system (the checkpoint writer copies the files into checkpoints/step-N in the "
-        "background; resume is unchanged). auto = /dev/shm where it exists and is writable; "
-        "off = load from the checkpoint folder, as before; or an absolute path. Only the "
+        "background; resume is unchanged). off (default) = load from the checkpoint folder: "
+        "on a local disk the page cache absorbs the write, and tmpfs measured no faster "
+        "(bench/bench_publish.py, docs/benchmarks.md); auto = /dev/shm where it exists and is "
+        "writable, for a run volume that is slow to write (network storage); or an absolute "
+        "path. Only the "
         "current and previous adapters are kept there, and the run's folder is removed when "
         "it ends. Not used (the checkpoint folder is) with policy.engine_output_dir, for "
         "replicas that are not on this host (their URL is not loopback or this host's name), "

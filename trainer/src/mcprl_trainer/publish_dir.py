@@ -3,9 +3,12 @@
 Each step's adapter is what the engines load next. Written into ``checkpoints/step-N`` it
 goes through the run volume's file system on the step's critical path; where an engine runs
 on this host and sees the trainer's files (no ``policy.engine_output_dir``), the trainer
-writes it to a tmpfs folder instead (``publish_dir``, default ``/dev/shm``) and the engine
-loads it from there. The checkpoint writer copies those same files into ``step-N`` in its
-background thread, so the checkpoint ``--resume`` reads is the same as before.
+writes it to a tmpfs folder instead (``publish_dir: auto`` is ``/dev/shm``) and the engine
+loads it from there. Off by default: on a local disk the page cache absorbs the write and
+tmpfs measured no faster, on a 2-core VM and on an H100 host (bench/bench_publish.py); it
+is for run volumes that are slow to write. The checkpoint writer copies those same files
+into ``step-N`` in its background thread, so the checkpoint ``--resume`` reads is the same
+as before.
 
 Why a folder and not the bytes in the request: vLLM loads adapters only from a path, and
 serialising to bytes and parsing them again cost more than a tmpfs file's write and read
