@@ -148,7 +148,9 @@ def _segments(mask: list[int]) -> list[tuple[int, int]]:
 
 
 def _version_of(path: str) -> int:
-    found = re.search(r"step-(\d+)$", path.rstrip("/"))
+    """A loaded adapter's version: checkpoints/step-N, or v<N> of the publish dir."""
+
+    found = re.search(r"(?:step-|/v)(\d+)$", path.rstrip("/"))
     assert found, path
     return int(found.group(1))
 

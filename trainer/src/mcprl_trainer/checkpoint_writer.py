@@ -8,6 +8,11 @@ RNG, ``state.json``'s text) and returns; one writer thread adds those files to `
 ``state.json`` last (fsynced, renamed into place). Until then ``step-N`` is no checkpoint:
 ``--resume`` and pruning ignore it, so a crash mid-write loses only that step, as before.
 
+With a publish folder (:mod:`mcprl_trainer.publish_dir`) the adapter is already written
+there when :meth:`CheckpointWriter.save` is called: the writer thread copies those files into
+``step-N`` first, then writes the rest, and nothing of the checkpoint touches the run volume
+on the critical path.
+
 At most one write is in flight: the next save (or :meth:`CheckpointWriter.wait`) waits for
 it and raises its :class:`~mcprl_trainer.checkpoint.CheckpointWriteError`. Re-saving a step
 that is already complete (after its eval) writes a whole new directory and swaps it in, as
@@ -47,6 +52,7 @@ from mcprl_trainer.checkpoint import (
     write_error,
     write_trainer_files,
 )
+from mcprl_trainer.publish_dir import StagedAdapter
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +130,13 @@ class CheckpointWriter:
         return self._pending is not None and not self._pending.done()
 
     def save(self, step: int, model: Any, trainer_state: dict[str, Any],
-             state: dict[str, Any]) -> Checkpoint:
+             state: dict[str, Any], *, staged: StagedAdapter | None = None) -> Checkpoint:
         """Save step ``step``; in the background, its adapter is complete on return (publish
-        it) and the checkpoint once :meth:`wait` returns. Raises the previous write's error."""
+        it) and the checkpoint once :meth:`wait` returns. Raises the previous write's error.
+
+        ``staged``: the step's adapter, already in the publish folder; in the background it
+        is copied into ``step-N`` by the writer thread (``staged.on_disk`` is that job) instead
+        of saved again now."""
 
         t0 = time.perf_counter()
         self.wait()
@@ -143,14 +153,20 @@ class CheckpointWriter:
         try:
             root.mkdir(parents=True, exist_ok=True)
             tmp.mkdir()
-            model.save_adapter(str(tmp))
-            if (final / STATE_FILE).exists():  # complete: swapped when the new one is
+            complete = (final / STATE_FILE).exists()
+            if staged is not None and not complete:  # the writer copies it into step-N
+                job = partial(_from_staged, self.run_dir, step, staged.path, tmp, final,
+                              snapshot, full, payload)
+            elif complete:  # swapped when the new one is
+                model.save_adapter(str(tmp))
+
                 def write(path: Path) -> None:
                     snapshot.write(path)
                     write_trainer_files(path, full, payload)
 
                 job = partial(replace_atomically, self.run_dir, step, tmp, write)
             else:
+                model.save_adapter(str(tmp))
                 adapter = _publish_dir(tmp, final)
                 job = partial(_complete, self.run_dir, step, final, adapter, snapshot, full,
                               payload)
@@ -161,6 +177,8 @@ class CheckpointWriter:
                 raise write_error(self.run_dir, step, cause) from exc
             raise
         self._submit(step, job)
+        if staged is not None:
+            staged.on_disk = self._pending
         return Checkpoint(step, final)
 
     def _submit(self, step: int, job: Callable[[], Any]) -> None:
@@ -218,6 +236,24 @@ def _publish_dir(tmp: Path, final: Path) -> set[str]:
         shutil.rmtree(stale, ignore_errors=True)
     os.rename(tmp, final)
     return names
+
+
+def _from_staged(run_dir: Path, step: int, staged: Path, tmp: Path, final: Path,
+                 snapshot: StateSnapshot, trainer_state: dict[str, Any], payload: str) -> None:
+    """The writer thread's part when the adapter was published from the publish folder: its
+    files copied into ``tmp``, renamed to ``step-N``, then the rest as :func:`_complete`."""
+
+    try:
+        for source in staged.iterdir():
+            shutil.copyfile(source, tmp / source.name)
+        adapter = _publish_dir(tmp, final)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        cause = os_error(exc)
+        if cause is not None and not isinstance(exc, CheckpointWriteError):
+            raise write_error(run_dir, step, cause) from exc
+        raise
+    _complete(run_dir, step, final, adapter, snapshot, trainer_state, payload)
 
 
 def _complete(run_dir: Path, step: int, path: Path, adapter: set[str],

@@ -336,6 +336,21 @@ class RunConfig(BaseSettings):
         "Several trainer ranks save synchronously (dcp's save is "
         "collective). false = the whole checkpoint before publishing, as before."
     )
+    publish_dir: str = Field(
+        "off", description="Where each step's adapter is written for the engines to load "
+        "when they run on this host: a tmpfs folder, so publishing skips the run volume's "
+        "file system (the checkpoint writer copies the files into checkpoints/step-N in the "
+        "background; resume is unchanged). off (default) = load from the checkpoint folder: "
+        "on a local disk the page cache absorbs the write, and tmpfs measured no faster "
+        "(bench/bench_publish.py, docs/benchmarks.md); auto = /dev/shm where it exists and is "
+        "writable, for a run volume that is slow to write (network storage); or an absolute "
+        "path. Only the "
+        "current and previous adapters are kept there, and the run's folder is removed when "
+        "it ends. Not used (the checkpoint folder is) with policy.engine_output_dir, for "
+        "replicas that are not on this host (their URL is not loopback or this host's name), "
+        "with background_checkpoints off or several trainer ranks; a replica that answers "
+        "404 for the path loads the checkpoint's copy instead, with a warning."
+    )
     save_rollouts: bool = Field(True, description="Write each step's trajectories as JSONL.")
     reward: RewardConfig = Field(
         default_factory=RewardConfig, description="How the judge combines reward components."
@@ -374,6 +389,13 @@ class RunConfig(BaseSettings):
     @property
     def served_adapter(self) -> str:
         return self.policy.adapter_name or self.name
+
+    @field_validator("publish_dir")
+    @classmethod
+    def _publish_dir(cls, value: str) -> str:
+        if value not in ("auto", "off") and not Path(value).is_absolute():
+            raise ValueError(f"publish_dir must be auto, off or an absolute path, got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _fits(self) -> RunConfig:

@@ -49,6 +49,7 @@ STEP_GAUGES: dict[str, tuple[str, str]] = {
                           "updating (waiting for rollouts, checkpoint, publish)."),
 }
 
+ADAPTER_SOURCES = ("publish_dir", "checkpoint")  # where an engine loaded an adapter from
 STEP_PHASES = ("rollout", "judge", "train", "checkpoint", "publish")
 # The kinds of an agent's tool error (mcp_tools.ToolResult.error_kind, and malformed calls).
 TOOL_ERROR_KINDS = ("tool_error", "unknown_tool", "bad_arguments", "timeout", "protocol",
@@ -101,6 +102,16 @@ class TrainerMetrics:
         self.adapter_republished = Counter(
             "mcprl_trainer_adapter_republished", "Adapters loaded again into an engine that had "
             "lost them (it restarted).", registry=r)
+        self.adapter_loads = Counter(
+            "mcprl_trainer_adapter_loads", "Adapters loaded into an engine replica, by the "
+            "copy it read: publish_dir (the tmpfs folder, trainer and engine on one host) or "
+            "checkpoint (the run's checkpoint folder).", ["source"], registry=r)
+        for source in ADAPTER_SOURCES:  # 0 from the first scrape: which path is in use shows
+            self.adapter_loads.labels(source)
+        self.adapter_load_fallbacks = Counter(
+            "mcprl_trainer_adapter_load_fallbacks", "Loads from the publish dir that an engine "
+            "replica answered 404 to (it cannot see the folder), done from the checkpoint "
+            "instead.", registry=r)
         self.stale_batches = Counter(
             "mcprl_trainer_stale_batches", "Step batches older than train.max_staleness "
             "updates, dropped and collected again (never trained on).", registry=r)

@@ -7,6 +7,12 @@ rollouts start only once each replica that is up lists it with the new path in
 *engine* sees: on one host it is the trainer's own path; in containers it is where the
 shared volume is mounted in the engine (``policy.engine_output_dir``).
 
+Where the engines share the trainer's host, the adapter they load is the copy in the publish
+folder (:mod:`mcprl_trainer.publish_dir`, tmpfs); a replica elsewhere, or one that answers 404
+for that path, loads the checkpoint's. Replicas are still tracked by the checkpoint path (the
+version's identity), whichever copy they loaded. When the run ends the replicas are pointed
+at the checkpoint's copy before the folder is removed, so what they list stays readable.
+
 An engine that restarts forgets its adapters and answers 404 for the served name; a replica
 that was left out (:mod:`mcprl_trainer.engines`) may come back without them. Before a replica
 samples from the served adapter it is loaded there if that replica's version is not known to
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,6 +39,7 @@ from mcprl_common.http import request_json
 from mcprl_trainer.config import RunConfig
 from mcprl_trainer.engines import EnginePool, Replica
 from mcprl_trainer.policy import PolicyClient, PolicyError, SampledTurn
+from mcprl_trainer.publish_dir import PublishDir, is_local_url
 from mcprl_trainer.recovery import RetryWindow, ServiceUnavailableError, is_transient
 
 log = logging.getLogger(__name__)
@@ -83,12 +91,20 @@ class AdapterPublisher:
 
     def __init__(self, pool: EnginePool | PolicyClient, config: RunConfig, retry: RetryWindow,
                  *, on_retry: Callable[[BaseException], None] | None = None,
-                 on_republish: Callable[[], None] | None = None) -> None:
+                 on_republish: Callable[[], None] | None = None,
+                 publish_dir: PublishDir | None = None,
+                 on_loaded: Callable[[str], None] | None = None,
+                 on_fallback: Callable[[], None] | None = None) -> None:
         self.pool = pool if isinstance(pool, EnginePool) else EnginePool([pool])
         self.config = config
         self.retry = retry
         self.on_retry = on_retry
         self.on_republish = on_republish
+        self.publish_dir = publish_dir
+        self.on_loaded = on_loaded  # (source): "publish_dir" or "checkpoint", per replica load
+        self.on_fallback = on_fallback  # a replica could not see the publish folder
+        # replicas that load from the checkpoint: not on this host, or blind to the folder
+        self.from_checkpoint = {r.url for r in self.pool.replicas if not is_local_url(r.url)}
         self.latest: Path | None = None
         self.versions: dict[Path, int] = {}  # adapter path -> policy version
         self._lock = asyncio.Lock()
@@ -101,18 +117,47 @@ class AdapterPublisher:
 
     # -- publishing -----------------------------------------------------------------------
     async def _load(self, replica: Replica, checkpoint_path: Path) -> None:
-        """Load the adapter into one replica and check that it serves the new path."""
+        """Load the adapter into one replica (from the publish folder where it can) and check
+        that it serves the new path."""
 
+        staged = None
+        if self.publish_dir is not None and replica.url not in self.from_checkpoint:
+            staged = self.publish_dir.lookup(checkpoint_path)
+        if staged is not None:
+            try:
+                await self._load_from(replica, checkpoint_path, str(staged.path), "publish_dir")
+                return
+            except PolicyError as exc:
+                if exc.status != 404:
+                    raise
+                self.from_checkpoint.add(replica.url)
+                log.warning("engine replica cannot see the publish dir: it loads adapters from "
+                            "the checkpoint folder from now on", extra={
+                                "replica": replica.url, "path": str(staged.path),
+                                "checkpoint": str(checkpoint_path)})
+                if self.on_fallback is not None:
+                    self.on_fallback()
+                if staged.on_disk is not None:  # the writer thread copies it there
+                    await asyncio.wrap_future(staged.on_disk)
+        await self._load_from(replica, checkpoint_path,
+                              engine_adapter_path(self.config, checkpoint_path), "checkpoint")
+
+    async def _load_from(self, replica: Replica, checkpoint_path: Path, want: str,
+                         source: str) -> None:
         name = self.config.served_adapter
-        want = engine_adapter_path(self.config, checkpoint_path)
+        t0 = time.perf_counter()
         await replica.client.load_adapter(name, want)
         got = await served_adapter_path(replica.client, name)
         if got is not None and got != want:
             raise AdapterVersionError(f"{replica.url} serves {name} from {got}, not {want}")
         replica.adapter = checkpoint_path
         self.pool.mark_ok(replica)
-        log.info("adapter published", extra={"adapter": name, "path": str(checkpoint_path),
-                                             "replica": replica.url})
+        if self.on_loaded is not None:
+            self.on_loaded(source)
+        log.info("adapter published", extra={
+            "adapter": name, "path": want, "checkpoint": str(checkpoint_path),
+            "source": source, "replica": replica.url,
+            "seconds": round(time.perf_counter() - t0, 4)})
 
     async def _publish_all(self, checkpoint_path: Path) -> None:
         targets = self.pool.up() or [self.pool.pick()]
@@ -140,6 +185,26 @@ class AdapterPublisher:
             await self.retry.call(lambda: self._publish_all(checkpoint_path),
                                   what="publishing the adapter", on_retry=self.on_retry)
         return self.config.served_adapter
+
+    async def detach_publish_dir(self) -> None:
+        """Load the latest adapter from its checkpoint into the replicas that hold the publish
+        folder's copy (the run ended: the folder goes, and an engine reloads an evicted
+        adapter from the path it lists). Best effort: a replica that is down keeps it in
+        memory, and the run's result does not depend on it."""
+
+        publish_dir, self.publish_dir = self.publish_dir, None
+        latest = self.latest
+        if publish_dir is None or latest is None or publish_dir.lookup(latest) is None:
+            return
+        async with self._lock:
+            replicas = [r for r in self.pool.replicas
+                        if r.adapter == latest and r.url not in self.from_checkpoint]
+            outcomes = await asyncio.gather(*(self._load(r, latest) for r in replicas),
+                                            return_exceptions=True)
+        for replica, outcome in zip(replicas, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("engine replica keeps the adapter from the removed publish dir: "
+                            "%s", outcome, extra={"replica": replica.url})
 
     async def _ensure(self, replica: Replica, model: str) -> None:
         """``replica`` serves the latest adapter before it samples from it."""

@@ -49,6 +49,7 @@ from mcprl_trainer.metrics import TrainerMetrics
 from mcprl_trainer.modeling import load_tokenizer
 from mcprl_trainer.overlap import CollectedBatch, Prefetch, sample_version, staleness
 from mcprl_trainer.publish import AdapterPublisher, engine_asleep
+from mcprl_trainer.publish_dir import PublishDir, open_publish_dir
 from mcprl_trainer.records import RolloutResult
 from mcprl_trainer.recovery import RetryWindow
 from mcprl_trainer.rendering import ChatRenderer
@@ -131,6 +132,7 @@ class Trainer:
         self.served_version = 0  # the one rollouts sample from now
         self.checkpoints = CheckpointWriter(self.run_dir, background=config.background_checkpoints,
                                             on_written=self.metrics.observe_checkpoint_write)
+        self.publish_dir: PublishDir | None = None  # set by run() (mcprl_trainer.publish_dir)
 
     # -- setup ---------------------------------------------------------------------------------
     def _prepare_dir(self) -> Checkpoint | None:
@@ -270,7 +272,12 @@ class Trainer:
         self.status.update(phase="publish")
         t_ckpt = time.perf_counter()
         self.history.append(m)
-        ckpt = self.checkpoints.save(step, group, group.trainer_state(), self._state())
+        staged = None
+        if self.publish_dir is not None:  # the adapter to tmpfs; step-N gets it in background
+            staged = self.publish_dir.stage(step, group,
+                                            checkpoints_dir(self.run_dir) / f"step-{step}")
+        ckpt = self.checkpoints.save(step, group, group.trainer_state(), self._state(),
+                                     staged=staged)
         self.version = step
         t_pub = time.perf_counter()
         m["checkpoint_seconds"] = t_pub - t_ckpt  # the critical path (the adapter alone)
@@ -371,10 +378,13 @@ class Trainer:
         judge = JudgeClient(cfg.judge.url, timeout_s=cfg.judge.timeout_s, rubric=cfg.judge.rubric,
                             judge_model=cfg.judge.judge_model)
         retry = RetryWindow(window_s=cfg.retry.window_s, backoff_max_s=cfg.retry.backoff_max_s)
+        self.publish_dir = open_publish_dir(cfg, distributed=self.group.dist.enabled)
         publisher = AdapterPublisher(
             pool, cfg, retry,
             on_retry=lambda _: self.metrics.service_retries.labels("engine").inc(),
-            on_republish=self.metrics.adapter_republished.inc)
+            on_republish=self.metrics.adapter_republished.inc, publish_dir=self.publish_dir,
+            on_loaded=lambda source: self.metrics.adapter_loads.labels(source).inc(),
+            on_fallback=self.metrics.adapter_load_fallbacks.inc)
         stopped = False
         try:
             self.status.update(phase="loading")
@@ -414,6 +424,7 @@ class Trainer:
                     self.checkpoints.save(start, group, group.trainer_state(), self._state())
             stopped = await self._run_steps(start, runner, splits, group, publisher)
             await asyncio.to_thread(self.checkpoints.close)  # the last checkpoint is complete
+            await publisher.detach_publish_dir()  # engines list the checkpoint's copy
             self.status.update(phase="stopped" if stopped else "done")
             group.close()  # the followers return (after a failure torchrun stops them)
         except BaseException as exc:
@@ -421,6 +432,8 @@ class Trainer:
             self.checkpoints.close(raise_error=False)  # a pending write still completes
             raise
         finally:
+            if self.publish_dir is not None:
+                self.publish_dir.close()
             await pool.aclose()
             await judge.aclose()
             if server is not None:
