@@ -189,3 +189,33 @@ def test_an_engine_without_rotary_keeps_the_eager_one_beside_one_with_it(
         state["fn"] = compiled
         fused.shutdown()
         plain.shutdown()
+
+
+@pytest.mark.timeout(180)
+def test_the_compiled_silu_product_runs_in_decode_steps_only(tiny_test_model: Path,
+                                                             ref_logprobs) -> None:
+    """``fuse=mlp``: each SiLU MLP's ``silu(gate) * up`` is one compiled kernel in decode
+    steps, with the log-probs of a plain forward pass; prefills keep the eager product."""
+
+    from mcprl_inference.engine import fusions
+
+    engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse="mlp")).start()
+    state = fusions._SILU_MUL._mcprl_state
+    compiled, calls = state["fn"], []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return compiled(*args, **kwargs)
+
+    state["fn"] = spy
+    try:
+        layers = engine.model.config.num_hidden_layers
+        assert f"silu*up (torch.compile) x{layers}" in engine.runner.fusions
+        prompt = _prompts(3)[2]
+        out = engine.add_request(prompt, SamplingParams(max_tokens=6, seed=2, ignore_eos=True)
+                                 ).result(60).outputs[0]
+        assert out.logprobs == pytest.approx(ref_logprobs(prompt, out.token_ids), abs=1e-4)
+        assert len(calls) == 5 * layers  # 5 decode steps; the prefill ran the eager product
+    finally:
+        state["fn"] = compiled
+        engine.shutdown()

@@ -170,6 +170,7 @@ def test_weights_moved_apart_run_unmerged_until_merged_again(tiny_test_model: Pa
     ("auto", "cpu", set()),  # proj had no steady gain on a CPU
     ("none", "cuda", set()),
     ("proj + norm", "cpu", {"norm", "proj"}),
+    ("norm+rotary+proj+mlp", "cuda", {"norm", "rotary", "proj", "mlp"}),
 ])
 def test_fuse_settings_name_the_kinds_that_run(fuse: str, device_type: str,
                                                kinds: set[str]) -> None:

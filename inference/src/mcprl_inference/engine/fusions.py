@@ -4,8 +4,9 @@ A CUDA graph removes the CPU cost of a step but still runs every small kernel; H
 is ~7 elementwise kernels and rotary embeddings ~10 per layer. While the engine's forward passes
 run (``active()``), allow-listed RMSNorm modules use PyTorch's fused ``rms_norm`` and, with
 ``rotary``, the model's ``apply_rotary_pos_emb`` is replaced by a ``torch.compile``d one,
-and with ``proj``, q/k/v and gate/up run as one GEMM each (:mod:`.merged_linears`). The
-model runner turns these two on in decode steps only: prefills are bound by compute, not by
+with ``proj``, q/k/v and gate/up run as one GEMM each (:mod:`.merged_linears`), and with
+``mlp``, a SiLU MLP's ``silu(gate) * up`` is one compiled kernel instead of two. The model
+runner turns the last three on in decode steps only: prefills are bound by compute, not by
 kernel count, and the compiled rotary was slower there. Outside the engine (training,
 plain ``generate``) the model behaves exactly as before.
 
@@ -31,8 +32,11 @@ log = logging.getLogger(__name__)
 
 # RMSNorm classes computing weight * x / rms(x) (not Gemma's (1 + weight)).
 _NORMS = {"Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm", "Qwen3RMSNorm", "Qwen2MoeRMSNorm"}
-NORM, ROTARY, PROJ = "norm", "rotary", "proj"
-KINDS = (NORM, ROTARY, PROJ)
+# MLP classes computing down(act(gate(x)) * up(x)); fused where act is SiLU.
+_MLPS = {"Qwen2MLP", "LlamaMLP", "MistralMLP", "Qwen3MLP"}
+NORM, ROTARY, PROJ, MLP = "norm", "rotary", "proj", "mlp"
+KINDS = (NORM, ROTARY, PROJ, MLP)
+AUTO_CUDA = (NORM, ROTARY, PROJ)  # measured faster on a GPU (docs/benchmarks.md)
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
 
 
@@ -50,13 +54,13 @@ def active(kinds: frozenset[str] = frozenset(KINDS)) -> Iterator[None]:
 def parse(fuse: str, device_type: str) -> frozenset[str]:
     """``auto``, ``none`` or kinds joined by ``+`` (``norm+proj``) -> the kinds to run.
 
-    ``auto`` is all of them on CUDA: on an H100 (docs/benchmarks.md) ``norm+rotary+proj``
+    ``auto`` on CUDA is ``AUTO_CUDA``: on an H100 (docs/benchmarks.md) ``norm+rotary+proj``
     took a decode step at batch 64 from 7.44 to 6.21 ms, 9.50 to 7.54 with an unmerged LoRA,
     and passed the CUDA tests. On a CPU it is nothing: ``proj`` measured no steady gain there
     (bench/bench_inference.py --fuse none,proj)."""
 
     if fuse == "auto":
-        return frozenset(KINDS if device_type == "cuda" else ())
+        return frozenset(AUTO_CUDA if device_type == "cuda" else ())
     if fuse == "none":
         return frozenset()
     kinds = [k.strip() for k in fuse.split("+")]
@@ -80,7 +84,41 @@ def _norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
                       self.variance_epsilon)
 
 
-def install(model: Any, *, norm: bool = True, rotary: bool = False) -> list[str]:
+def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.silu(gate) * up
+
+
+def _compiled(fn: Any, what: str) -> Any:
+    """``fn`` through ``torch.compile`` (dynamic shapes, one graph), falling back to ``fn``
+    for good where compiling fails (no compiler toolchain): the engine keeps serving."""
+
+    state: dict[str, Any] = {"fn": torch.compile(fn, dynamic=True, fullgraph=True)}
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return state["fn"](*args, **kwargs)
+        except Exception as exc:
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise
+            log.warning("compiled %s failed, using the eager one: %s", what, exc)
+            state["fn"] = fn
+            return fn(*args, **kwargs)
+
+    call._mcprl_state = state  # type: ignore[attr-defined]
+    return call
+
+
+_SILU_MUL = _compiled(_silu_mul, "silu * up")
+
+
+def _mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+    if MLP not in _ACTIVE.get():
+        return type(self).forward(self, x)
+    return self.down_proj(_SILU_MUL(self.gate_proj(x), self.up_proj(x)))
+
+
+def install(model: Any, *, norm: bool = True, rotary: bool = False,
+            mlp: bool = False) -> list[str]:
     """Patch ``model`` in place; returns what was fused."""
 
     done: list[str] = []
@@ -97,26 +135,27 @@ def install(model: Any, *, norm: bool = True, rotary: bool = False) -> list[str]
         mod = sys.modules.get(type(attn).__module__) if attn is not None else None
         original = getattr(mod, "apply_rotary_pos_emb", None)
         if original is not None and not getattr(original, "_mcprl_patched", False):
-            state: dict[str, Any] = {"fn": torch.compile(original, dynamic=True,
-                                                         fullgraph=True)}
+            compiled = _compiled(original, "rotary")
 
             def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
                 if ROTARY not in _ACTIVE.get():
                     return original(*args, **kwargs)
-                try:
-                    return state["fn"](*args, **kwargs)
-                except Exception as exc:  # no compiler toolchain: keep serving, unfused
-                    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-                        raise
-                    log.warning("compiled rotary failed, using the eager one: %s", exc)
-                    state["fn"] = original
-                    return original(*args, **kwargs)
+                return compiled(*args, **kwargs)
 
             apply_rotary_pos_emb._mcprl_patched = True  # type: ignore[attr-defined]
-            apply_rotary_pos_emb._mcprl_state = state  # type: ignore[attr-defined]
+            apply_rotary_pos_emb._mcprl_state = compiled._mcprl_state  # type: ignore[attr-defined]
             mod.apply_rotary_pos_emb = apply_rotary_pos_emb
         if original is not None:  # patched here or by an earlier engine: this one uses it
             done.append("rotary (torch.compile)")
+    if mlp:
+        count = 0
+        for module in model.modules():
+            if (type(module).__name__ in _MLPS
+                    and getattr(getattr(module, "config", None), "hidden_act", None) == "silu"):
+                module.forward = _mlp_forward.__get__(module)
+                count += 1
+        if count:
+            done.append(f"silu*up (torch.compile) x{count}")
     if done:
         log.info("decode fusions installed", extra={"fusions": done})
     return done
