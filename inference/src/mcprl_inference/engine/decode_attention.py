@@ -17,7 +17,6 @@ the whole slot, the graph does not depend on it, and no mask is built or read.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -37,7 +36,7 @@ def available(device: torch.device) -> bool:
     Triton's interpreter (``TRITON_INTERPRET=1``, how the CPU tests run it)."""
 
     return triton is not None and (device.type == "cuda"
-                                   or os.environ.get("TRITON_INTERPRET") == "1")
+                                   or bool(triton.knobs.runtime.interpret))
 
 
 def resolve(name: str, device: torch.device) -> str:
