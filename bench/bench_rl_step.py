@@ -103,6 +103,11 @@ def setup_info(device: str, work: Any) -> dict[str, Any]:
         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(), "python": platform.python_version(),
         "versions": versions(), "workload": work.describe(),
+        # engine settings given from outside (e.g. INFERENCE_DECODE_ATTENTION=triton): our
+        # engine process inherits them; none of them is a secret
+        "engine_env": {k: v for k, v in sorted(os.environ.items())
+                       if k in ("INFERENCE_FUSE", "INFERENCE_DECODE_ATTENTION",
+                                "INFERENCE_CUDA_GRAPHS", "INFERENCE_LORA_MODE")},
     }
 
 

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Issue 15's GPU figures in one call of a lent GPU box (10 minutes at most): the CUDA tests of
-# the engine's fused decode path and the trainer's update, the LoRA update at the 3B shape,
-# and the decode step with the CUDA default fuse=auto (norm+rotary+proj, the additive decode
-# mask) beside fuse=norm, bare and serving a LoRA, with the kernel profile. Each part has
-# its own time limit, so a slow one leaves the others' results. The RL step itself is
-# bench/device/rl_step.sh.
+# the engine's fused decode path, its split-K decode attention and the trainer's update, the
+# LoRA update at the 3B shape, and the decode step: the compiled SiLU product (fuse +mlp)
+# beside the CUDA default, bare and serving a LoRA, then the split-K decode attention beside
+# SDPA at batch 16/64/256, each with the kernel profile. Each part has its own time limit, so
+# a slow one leaves the others' results. The RL step itself is bench/device/rl_step.sh.
 #
 #   carry [".whl", "models/tiny-test"]:  PARTS="tests decode" bash bench/device/issue15_gpu.sh
 #   then, on the warm machine:            PARTS=trainer bash bench/device/issue15_gpu.sh
 #
 # Here, before the call: `make gpu-wheels tiny-model`. What comes back in $OUT: gpu.txt,
-# cuda-tests.log, trainer-update.json (+ .log), inference-fuse.json (+ .log). Keep the
-# JSON as docs/bench/trainer-update-<card>-<date>.json and inference-<card>-fuse-<date>.json.
+# cuda-tests.log, trainer-update.json (+ .log), inference-mlp.json and inference-attn.json
+# (+ .log). Keep the JSON as docs/bench/trainer-update-<card>-<date>.json and
+# inference-<card>-<what>-<date>.json.
 # PARTS (default "tests trainer decode", about 5 minutes on an H100) picks the parts.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +36,8 @@ if [[ " $PARTS " == *" tests "* ]]; then
   timeout 200 python3 -m pytest -q -o addopts="--import-mode=importlib -ra" -p no:cacheprovider \
     -W ignore -k "not smollm2" tests/inference/test_merged_linears.py \
     tests/inference/test_cuda_graphs.py tests/inference/test_lora_lean.py \
-    tests/inference/test_grouped_attention.py \
+    tests/inference/test_grouped_attention.py tests/inference/test_decode_attention.py \
+    tests/inference/test_sampling.py \
     tests/trainer/test_lora_forward.py tests/trainer/test_liger.py \
     tests/trainer/test_grpo.py::test_selective_logprobs_match_log_softmax_across_chunks \
     > "$OUT/cuda-tests.log" 2>&1
@@ -57,12 +59,18 @@ if [[ " $PARTS " == *" trainer "* ]]; then
 fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
-  # The CUDA default (auto) against the fused RMSNorm alone, each bare and serving an
-  # unmerged LoRA, with the kernels of one decode step by class.
-  say "decode, batch 64, norm vs auto"
-  timeout 300 python3 bench/bench_inference.py --device cuda --batches 64 --new-tokens 128 \
-    --engines ours,lora-unmerged --fuse norm,auto --kernel-profile \
-    > "$OUT/inference-fuse.json" 2> "$OUT/inference-fuse.log"
-  say "decode: exit $?"
+  # The CUDA default (norm+rotary+proj) against it with the compiled SiLU product, each bare
+  # and serving an unmerged LoRA; then, with the product, SDPA against the split-K kernel.
+  say "decode, batch 64, fuse auto vs +mlp"
+  timeout 150 python3 bench/bench_inference.py --device cuda --batches 64 --new-tokens 128 \
+    --engines ours,lora-unmerged --fuse norm+rotary+proj,norm+rotary+proj+mlp \
+    --kernel-profile > "$OUT/inference-mlp.json" 2> "$OUT/inference-mlp.log"
+  say "decode (mlp): exit $?"
+  say "decode, batch 16/64/256, sdpa vs triton"
+  timeout 200 python3 bench/bench_inference.py --device cuda --batches 16,64,256 \
+    --new-tokens 128 --engines ours --fuse norm+rotary+proj+mlp \
+    --decode-attention sdpa,triton --kernel-profile \
+    > "$OUT/inference-attn.json" 2> "$OUT/inference-attn.log"
+  say "decode (attention): exit $?"
 fi
 say "done"
