@@ -74,11 +74,12 @@ class InferenceSettings(ServiceSettings):
                                                        "vLLM); 'vllm': none.")
     seed: int = Field(0, description="Seed of the RNG that seeds requests that bring none.")
     trust_remote_code: bool = Field(False, description="Allow model code from the model folder.")
-    decode_attention: str = Field("auto", description="Decode attention kernel: auto (sdpa), "
-                                                      "sdpa, matmul, or triton (split-K, "
-                                                      "CUDA: each row reads its own length).")
-    fuse: str = Field("auto", description="Fused kernels: auto (norm+rotary+proj on CUDA, "
-                                          "none on CPU), none, or kinds joined by '+': norm "
+    decode_attention: str = Field("auto", description="Decode attention kernel: auto (triton "
+                                                      "on CUDA, sdpa elsewhere), sdpa, matmul, "
+                                                      "or triton (split-K, CUDA: each row reads "
+                                                      "its own length).")
+    fuse: str = Field("auto", description="Fused kernels: auto (norm+rotary+proj+mlp on "
+                                          "CUDA, none on CPU), none, or kinds joined by '+': norm "
                                           "(fused RMSNorm), rotary (compiled rotary embedding), "
                                           "proj (q/k/v and gate/up as one GEMM each) and mlp "
                                           "(compiled silu(gate)*up), the last three in decode "

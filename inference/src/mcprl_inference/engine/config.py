@@ -42,12 +42,13 @@ class EngineConfig:
     """Seed of the engine's RNG that draws seeds for requests that bring none."""
     decode_attention: str = "auto"
     """Decode attention kernel: ``sdpa``, ``matmul``, ``triton`` (split-K over each row's own
-    length, ``engine.decode_attention``; CUDA) or ``auto`` (``sdpa``)."""
+    length, ``engine.decode_attention``; CUDA) or ``auto`` (``triton`` on CUDA, ``sdpa``
+    elsewhere)."""
     fuse: str = "auto"
     """Fused kernels, ``none`` or kinds joined by ``+``: ``norm`` (fused RMSNorm), ``rotary``
     (a ``torch.compile``d rotary embedding), ``proj`` (q/k/v and gate/up as one GEMM each,
-    ``engine.merged_linears``), ``mlp`` (a compiled ``silu(gate) * up``); ``auto``:
-    ``norm+rotary+proj`` on CUDA, ``none`` on CPU. On an H100
+    ``engine.merged_linears``), ``mlp`` (a compiled ``silu(gate) * up``); ``auto``: all four
+    on CUDA, ``none`` on CPU. On an H100
     (2026-12-06, batch 64) ``norm+rotary+proj`` made a decode step 17% shorter than ``norm``
     (6.21 against 7.44 ms; the compiled rotary runs in decode steps only, where it was
     faster) and passed the CUDA tests (graphs, LoRA, sleep and wake)."""
