@@ -5,7 +5,9 @@ bound by memory bandwidth, and SDPA's kernels are built for long query blocks. H
 decode step (the query heads of a KV group folded into the query axis), cuDNN's flash kernel
 runs one block per (sequence, KV head) and read the cache at about half an H100's bandwidth
 (docs/benchmarks.md); it also needs a window of a fixed length, so the model runner rounds
-the window up (a 256-token bucket) and keys each captured CUDA graph by that length.
+the window up (a 256-token bucket) and keys each captured CUDA graph by that length. On an
+H100 this kernel made a decode step at the Qwen2.5-3B shape 9%, 3% and 11% shorter at batch
+16, 64 and 256 (one configuration, not tuned).
 
 This kernel (the flash-decoding scheme) splits each sequence's keys into chunks that run in
 parallel, each with an online softmax over all the query heads of its KV group (so the cache
@@ -75,11 +77,12 @@ if triton is not None:
 
     @triton.jit
     def _attention_chunk_kernel(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, lse_ptr,
-                      sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
-                      so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s,
-                      scale, chunk,
-                      GROUPS: tl.constexpr, G_PAD: tl.constexpr, DIM: tl.constexpr,
-                      D_PAD: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
+                                sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
+                                so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s,
+                                scale, chunk,
+                                GROUPS: tl.constexpr, G_PAD: tl.constexpr,
+                                DIM: tl.constexpr, D_PAD: tl.constexpr,
+                                BLOCK: tl.constexpr, IEEE: tl.constexpr):
         """Attention of one (sequence, KV head) over one chunk of its keys: the normalised
         partial output and its log-sum-exp (-inf for a chunk past the sequence's end).
         ``IEEE``: float32 inputs multiply in float32, not TF32 (as torch's default)."""
@@ -129,9 +132,10 @@ if triton is not None:
 
     @triton.jit
     def _attention_merge_kernel(o_ptr, lse_ptr, out_ptr,
-                      so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s, sout_b, sout_h,
-                      SPLITS: tl.constexpr, S_PAD: tl.constexpr, GROUPS: tl.constexpr,
-                      DIM: tl.constexpr, D_PAD: tl.constexpr):
+                                so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s, sout_b, sout_h,
+                                SPLITS: tl.constexpr, S_PAD: tl.constexpr,
+                                GROUPS: tl.constexpr, DIM: tl.constexpr,
+                                D_PAD: tl.constexpr):
         """One query head's output: its chunks weighted by their share of the softmax."""
 
         b, h, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
