@@ -80,9 +80,14 @@ for rows, kv_heads, groups, dim, window in [(3, 2, 8, 16, 150), (2, 3, 3, 64, 70
         assert got.shape == (rows, 1, kv_heads * groups, dim), got.shape
         errors[f"{rows}x{kv_heads}x{groups}x{dim}x{window}/{splits}"] = (
             (got - want).abs().max().item())
+# a length past the window (the engine never passes one) reads the window, nothing beyond
+q, k, v = torch.randn(2, 1, 2, 16), torch.randn(2, 1, 80, 16), torch.randn(2, 1, 80, 16)
+got = decode_attention(q, k[:, :, :50], v[:, :, :50], torch.tensor([70, 50], dtype=torch.int32),
+                       16**-0.5, splits=2)
+errors["past the window"] = (got - reference(q, k, v, torch.tensor([50, 50]))).abs().max().item()
 print(json.dumps(errors))
 """)
-    assert len(result) == 9
+    assert len(result) == 10
     for case, error in result.items():
         assert error < 1e-5, (case, error)  # NaN fails too
 

@@ -79,7 +79,7 @@ if triton is not None:
     def _attention_chunk_kernel(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, lse_ptr,
                                 sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
                                 so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s,
-                                scale, chunk,
+                                scale, chunk, window,
                                 GROUPS: tl.constexpr, G_PAD: tl.constexpr,
                                 DIM: tl.constexpr, D_PAD: tl.constexpr,
                                 BLOCK: tl.constexpr, IEEE: tl.constexpr):
@@ -88,7 +88,7 @@ if triton is not None:
         ``IEEE``: float32 inputs multiply in float32, not TF32 (as torch's default)."""
 
         b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        length = tl.load(len_ptr + b)
+        length = tl.minimum(tl.load(len_ptr + b), window)  # never read past the window
         start = s * chunk
         end = tl.minimum(start + chunk, length)
         g = tl.arange(0, G_PAD)
@@ -157,7 +157,8 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                      lengths: torch.Tensor, scale: float, *, splits: int | None = None
                      ) -> torch.Tensor:
     """Attention of ``query [B, Hkv, G, D]`` (one token, the G query heads of each KV head)
-    over the first ``lengths[b]`` positions of ``key``/``value [B, Hkv, L, D]``.
+    over the first ``lengths[b]`` positions of ``key``/``value [B, Hkv, L, D]`` (at most
+    ``L``: a length past the window reads the whole window, never memory beyond it).
 
     Returns ``[B, 1, Hkv * G, D]`` (the layout the model's output projection reads, so no
     transpose copy follows). ``splits`` defaults to :func:`num_splits` for this device.
@@ -184,7 +185,7 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         query, key, value, lengths, partial, lse,
         *query.stride()[:3], *key.stride()[:3], *value.stride()[:3],
         *partial.stride()[:4], *lse.stride()[:3],
-        scale, chunk,
+        scale, chunk, window,
         GROUPS=groups, G_PAD=g_pad, DIM=dim, D_PAD=d_pad, BLOCK=BLOCK_N,
         IEEE=query.dtype == torch.float32, num_warps=4, num_stages=2)
     _attention_merge_kernel[(rows, kv_heads, groups)](
