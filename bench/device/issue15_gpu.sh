@@ -3,21 +3,23 @@
 # the engine's fused decode path, its split-K decode attention and the trainer's update, the
 # LoRA update at the 3B shape, and the decode step: the compiled SiLU product (fuse +mlp)
 # beside the CUDA default, bare and serving a LoRA, then the split-K decode attention beside
-# SDPA at batch 16/64/256, each with the kernel profile. Each part has its own time limit, so
-# a slow one leaves the others' results. The RL step itself is bench/device/rl_step.sh.
+# SDPA at batch 16/64/256, each with the kernel profile, and (part "attention") the split-K
+# kernel's launch configurations swept against SDPA and the KV-read floor
+# (bench/bench_decode_attention.py). Each part has its own time limit, so a slow one leaves
+# the others' results. The RL step itself is bench/device/rl_step.sh.
 #
 #   carry [".whl", "models/tiny-test"]:  PARTS="tests decode" bash bench/device/issue15_gpu.sh
 #   then, on the warm machine:            PARTS=trainer bash bench/device/issue15_gpu.sh
 #
 # Here, before the call: `make gpu-wheels tiny-model`. What comes back in $OUT: gpu.txt,
 # cuda-tests.log, trainer-update.json (+ .log), inference-mlp.json and inference-attn.json
-# (+ .log). Keep the JSON as docs/bench/trainer-update-<card>-<date>.json and
-# inference-<card>-<what>-<date>.json.
-# PARTS (default "tests trainer decode", about 5 minutes on an H100) picks the parts.
+# (+ .log), decode-attention.json (+ .log). Keep the JSON as
+# docs/bench/trainer-update-<card>-<date>.json and inference-<card>-<what>-<date>.json.
+# PARTS (default "tests trainer decode attention", about 6 minutes on an H100) picks the parts.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out} SITE=${SITE:-$HOME/site}
-PARTS=${PARTS:-tests trainer decode}
+PARTS=${PARTS:-tests trainer decode attention}
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -72,5 +74,11 @@ if [[ " $PARTS " == *" decode "* ]]; then
     --decode-attention sdpa,triton --kernel-profile \
     > "$OUT/inference-attn.json" 2> "$OUT/inference-attn.log"
   say "decode (attention): exit $?"
+fi
+if [[ " $PARTS " == *" attention "* ]]; then
+  say "decode attention: split-K configurations vs SDPA and the floor"
+  timeout 150 python3 bench/bench_decode_attention.py --device cuda --batches 16,64,256 \
+    > "$OUT/decode-attention.json" 2> "$OUT/decode-attention.log"
+  say "decode attention: exit $?"
 fi
 say "done"

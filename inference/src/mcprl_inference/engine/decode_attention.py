@@ -19,6 +19,7 @@ the whole slot, the graph does not depend on it, and no mask is built or read.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
@@ -28,9 +29,25 @@ try:  # CUDA wheels of torch bring Triton; a CPU install may not have it
 except ImportError:  # pragma: no cover - exercised where Triton is absent
     triton = None
 
-BLOCK_N = 64  # keys a program loads per iteration (not tuned: one configuration measured)
 MAX_SPLITS = 64
 KERNELS = ("sdpa", "matmul", "triton")
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """How the kernel is launched (bench/bench_decode_attention.py sweeps these)."""
+
+    block_n: int = 64
+    """Keys a program loads per iteration."""
+    num_warps: int = 4
+    num_stages: int = 2
+    programs_per_sm: int = 4
+    """Chunks are sized so a step launches about this many programs per SM."""
+
+
+# The one configuration measured in the engine so far (H100, docs/benchmarks.md): not tuned.
+DEFAULT_CONFIG = KernelConfig()
+BLOCK_N = DEFAULT_CONFIG.block_n
 
 
 def available(device: torch.device) -> bool:
@@ -59,18 +76,19 @@ def resolve(name: str, device: torch.device) -> str:
     return name
 
 
-def num_splits(rows: int, kv_heads: int, window: int, programs: int) -> int:
+def num_splits(rows: int, kv_heads: int, window: int, programs: int,
+               block_n: int = BLOCK_N) -> int:
     """Chunks per sequence: enough programs to fill the GPU (``programs``, a few per SM),
     none shorter than a block, at most ``MAX_SPLITS``. Fixed for a graph's shapes."""
 
-    blocks = -(-window // BLOCK_N)
+    blocks = -(-window // block_n)
     want = -(-programs // max(rows * kv_heads, 1))
     return max(1, min(want, blocks, MAX_SPLITS))
 
 
 @functools.cache
-def _programs(device_index: int) -> int:
-    return 4 * torch.cuda.get_device_properties(device_index).multi_processor_count
+def _sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 if triton is not None:
@@ -154,14 +172,15 @@ if triton is not None:
 
 
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     lengths: torch.Tensor, scale: float, *, splits: int | None = None
-                     ) -> torch.Tensor:
+                     lengths: torch.Tensor, scale: float, *, splits: int | None = None,
+                     config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """Attention of ``query [B, Hkv, G, D]`` (one token, the G query heads of each KV head)
     over the first ``lengths[b]`` positions of ``key``/``value [B, Hkv, L, D]`` (at most
     ``L``: a length past the window reads the whole window, never memory beyond it).
 
     Returns ``[B, 1, Hkv * G, D]`` (the layout the model's output projection reads, so no
-    transpose copy follows). ``splits`` defaults to :func:`num_splits` for this device.
+    transpose copy follows). ``splits`` defaults to :func:`num_splits` for this device and
+    ``config``.
     """
 
     if triton is None:
@@ -170,11 +189,12 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     window = key.shape[2]
     if key.stride(-1) != 1 or value.stride(-1) != 1 or query.stride(-1) != 1:
         raise ValueError("decode_attention needs a contiguous last (head_dim) axis")
+    block = config.block_n
     if splits is None:
-        programs = _programs(query.device.index or 0) if query.is_cuda else 128
-        splits = num_splits(rows, kv_heads, window, programs)
+        sms = _sms(query.device.index or 0) if query.is_cuda else 32
+        splits = num_splits(rows, kv_heads, window, config.programs_per_sm * sms, block)
     per_split = -(-window // splits)
-    chunk = -(-per_split // BLOCK_N) * BLOCK_N  # whole blocks per chunk
+    chunk = -(-per_split // block) * block  # whole blocks per chunk
     partial = torch.empty(rows, kv_heads, splits, groups, dim, dtype=torch.float32,
                           device=query.device)
     lse = torch.empty(rows, kv_heads, splits, groups, dtype=torch.float32, device=query.device)
@@ -186,8 +206,9 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         *query.stride()[:3], *key.stride()[:3], *value.stride()[:3],
         *partial.stride()[:4], *lse.stride()[:3],
         scale, chunk, window,
-        GROUPS=groups, G_PAD=g_pad, DIM=dim, D_PAD=d_pad, BLOCK=BLOCK_N,
-        IEEE=query.dtype == torch.float32, num_warps=4, num_stages=2)
+        GROUPS=groups, G_PAD=g_pad, DIM=dim, D_PAD=d_pad, BLOCK=block,
+        IEEE=query.dtype == torch.float32, num_warps=config.num_warps,
+        num_stages=config.num_stages)
     _attention_merge_kernel[(rows, kv_heads, groups)](
         partial, lse, out, *partial.stride()[:4], *lse.stride()[:3], out.stride(0),
         out.stride(2), SPLITS=splits, S_PAD=max(2, triton.next_power_of_2(splits)),
