@@ -153,6 +153,20 @@ def test_a_failed_admission_fails_its_requests_and_serving_goes_on(engine, monke
     assert len(out.outputs[0].token_ids) == 4 and len(calls) >= 2
 
 
+def _spy_on(state: dict) -> tuple:
+    """Count the calls of a compiled function (``compiled.compiled_or_eager``'s state);
+    returns the function to put back and the list each call appends to."""
+
+    compiled, calls = state["fn"], []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return compiled(*args, **kwargs)
+
+    state["fn"] = spy
+    return compiled, calls
+
+
 @pytest.mark.timeout(180)
 def test_an_engine_without_rotary_keeps_the_eager_one_beside_one_with_it(
         tiny_test_model: Path, ref_logprobs) -> None:
@@ -167,13 +181,7 @@ def test_an_engine_without_rotary_keeps_the_eager_one_beside_one_with_it(
     fused.start()
     patched = sys.modules[type(fused.model.model.layers[0].self_attn).__module__]
     state = patched.apply_rotary_pos_emb._mcprl_state
-    compiled, calls = state["fn"], []
-
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return compiled(*args, **kwargs)
-
-    state["fn"] = spy
+    compiled, calls = _spy_on(state)
     try:
         assert "rotary (torch.compile)" in fused.runner.fusions and not plain.runner.fusions
         prompt = _prompts(3)[1]
@@ -201,13 +209,7 @@ def test_the_compiled_silu_product_runs_in_decode_steps_only(tiny_test_model: Pa
 
     engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse="mlp")).start()
     state = fusions._SILU_MUL._mcprl_state
-    compiled, calls = state["fn"], []
-
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return compiled(*args, **kwargs)
-
-    state["fn"] = spy
+    compiled, calls = _spy_on(state)
     try:
         layers = engine.model.config.num_hidden_layers
         assert f"silu*up (torch.compile) x{layers}" in engine.runner.fusions

@@ -193,15 +193,24 @@ def _published(trained: UpdateGroup, tmp_path: Path, publish_dir: PublishDir,
     return checkpoint
 
 
-async def test_engine_serves_the_published_adapter_as_from_the_checkpoint(
-        trained: UpdateGroup, tiny_test_model: Path, tmp_path: Path, engine: str) -> None:
-    config = _config(tiny_test_model, tmp_path / "run", policy={"base_url": engine})
+def _publishing(engine: str, model: Path, tmp_path: Path) -> tuple:
+    """A run's config, publish folder, metrics, engine client and publisher wired to them."""
+
+    config = _config(model, tmp_path / "run", policy={"base_url": engine})
     publish_dir = PublishDir(tmp_path / "shm", "run")
     metrics = TrainerMetrics()
     client = PolicyClient(engine, max_retries=0)
     publisher = AdapterPublisher(
         client, config, RetryWindow(window_s=5.0), publish_dir=publish_dir,
-        on_loaded=lambda source: metrics.adapter_loads.labels(source).inc())
+        on_loaded=lambda source: metrics.adapter_loads.labels(source).inc(),
+        on_fallback=metrics.adapter_load_fallbacks.inc)
+    return config, publish_dir, metrics, client, publisher
+
+
+async def test_engine_serves_the_published_adapter_as_from_the_checkpoint(
+        trained: UpdateGroup, tiny_test_model: Path, tmp_path: Path, engine: str) -> None:
+    config, publish_dir, metrics, client, publisher = _publishing(engine, tiny_test_model,
+                                                                  tmp_path)
     try:
         checkpoint = _published(trained, tmp_path, publish_dir, 1)
         name = await publisher.publish(checkpoint, version=1)
@@ -227,14 +236,8 @@ async def test_engine_serves_the_published_adapter_as_from_the_checkpoint(
 async def test_replica_that_cannot_see_the_folder_loads_the_checkpoint(
         trained: UpdateGroup, tiny_test_model: Path, tmp_path: Path, engine: str,
         caplog: pytest.LogCaptureFixture) -> None:
-    config = _config(tiny_test_model, tmp_path / "run", policy={"base_url": engine})
-    publish_dir = PublishDir(tmp_path / "shm", "run")
-    metrics = TrainerMetrics()
-    client = PolicyClient(engine, max_retries=0)
-    publisher = AdapterPublisher(
-        client, config, RetryWindow(window_s=5.0), publish_dir=publish_dir,
-        on_loaded=lambda source: metrics.adapter_loads.labels(source).inc(),
-        on_fallback=metrics.adapter_load_fallbacks.inc)
+    _, publish_dir, metrics, client, publisher = _publishing(engine, tiny_test_model,
+                                                             tmp_path)
     try:
         checkpoint = _published(trained, tmp_path, publish_dir, 1)
         # What an engine in another mount namespace sees: no such folder (it answers 404).

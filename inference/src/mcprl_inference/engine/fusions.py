@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from mcprl_inference.engine.compiled import compiled_or_eager
+
 log = logging.getLogger(__name__)
 
 # RMSNorm classes computing weight * x / rms(x) (not Gemma's (1 + weight)).
@@ -89,27 +91,7 @@ def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def _compiled(fn: Any, what: str) -> Any:
-    """``fn`` through ``torch.compile`` (dynamic shapes, one graph), falling back to ``fn``
-    for good where compiling fails (no compiler toolchain): the engine keeps serving."""
-
-    state: dict[str, Any] = {"fn": torch.compile(fn, dynamic=True, fullgraph=True)}
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return state["fn"](*args, **kwargs)
-        except Exception as exc:
-            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-                raise
-            log.warning("compiled %s failed, using the eager one: %s", what, exc)
-            state["fn"] = fn
-            return fn(*args, **kwargs)
-
-    call._mcprl_state = state  # type: ignore[attr-defined]
-    return call
-
-
-_SILU_MUL = _compiled(_silu_mul, "silu * up")
+_SILU_MUL = compiled_or_eager(_silu_mul, "silu * up")
 
 
 def _mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
@@ -136,7 +118,7 @@ def install(model: Any, *, norm: bool = True, rotary: bool = False,
         mod = sys.modules.get(type(attn).__module__) if attn is not None else None
         original = getattr(mod, "apply_rotary_pos_emb", None)
         if original is not None and not getattr(original, "_mcprl_patched", False):
-            compiled = _compiled(original, "rotary")
+            compiled = compiled_or_eager(original, "rotary")
 
             def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
                 if ROTARY not in _ACTIVE.get():

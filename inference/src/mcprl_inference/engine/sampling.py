@@ -14,14 +14,14 @@ log-probs; at temperature 1 without filters they are exactly the sampling distri
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-log = logging.getLogger(__name__)
+from mcprl_inference.engine.compiled import compiled_or_eager
+
 _M32 = 0xFFFFFFFF
 
 
@@ -84,7 +84,7 @@ def counter_uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     return (bits.double() + 0.5) / float(1 << 53)
 
 
-_COMPILED: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
+_UNIFORM = compiled_or_eager(counter_uniform, "sampler noise")
 
 
 def device_uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
@@ -92,18 +92,7 @@ def device_uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     handful of integers, launched after every decode step's forward pass. Integer arithmetic
     and the exact float64 scaling give the same bits either way (a CUDA test checks)."""
 
-    if not seeds.is_cuda:
-        return counter_uniform(seeds, steps)
-    fn = _COMPILED.get("uniform")
-    if fn is None:
-        fn = _COMPILED["uniform"] = torch.compile(counter_uniform, dynamic=True,
-                                                  fullgraph=True)
-    try:
-        return fn(seeds, steps)
-    except Exception as exc:  # no compiler toolchain: keep sampling, eagerly
-        log.warning("compiled sampler noise failed, using the eager one: %s", exc)
-        _COMPILED["uniform"] = counter_uniform
-        return counter_uniform(seeds, steps)
+    return _UNIFORM(seeds, steps) if seeds.is_cuda else counter_uniform(seeds, steps)
 
 
 @dataclass
