@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "inference" / "src"))
 
 import torch  # noqa: E402
-from model_shapes import QWEN25_3B  # noqa: E402  (bench/, the script's own folder)
+from device_floor import copy_bandwidth, sync  # noqa: E402  (bench/, the script's own folder)
+from model_shapes import QWEN25_3B  # noqa: E402
 
 from mcprl_inference.engine import decode_attention as split_k  # noqa: E402
 from mcprl_inference.engine.kv_cache import set_decode_kernel, slot_attention  # noqa: E402
@@ -48,27 +49,6 @@ def parse_config(text: str) -> split_k.KernelConfig:
     if block_n < 16 or block_n & (block_n - 1):
         raise argparse.ArgumentTypeError(f"block_n must be a power of two >= 16, got {block_n}")
     return split_k.KernelConfig(block_n, warps, stages, per_sm)
-
-
-def copy_bandwidth(device: torch.device) -> float:
-    """Bytes/s of a large device copy (read + write), the floor's bandwidth."""
-
-    n = (1 << 28) if device.type == "cuda" else (1 << 24)
-    src = torch.empty(n, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    sync(device)
-    reps = 20 if device.type == "cuda" else 3
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        dst.copy_(src)
-    sync(device)
-    return 2 * n * reps / (time.perf_counter() - t0)
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def device_ms(fn: Any, reps: int, device: torch.device) -> float:

@@ -12,8 +12,10 @@ GPU (the H200 figures in bench/anchors.json)::
 builds Qwen2.5-3B-Instruct's exact shape with random bf16 weights (no download), runs batch
 1/16/64/256 with 512-token prompts and 256 sampled tokens each (eos ignored, as the anchors),
 and prints next to each row the decode floor: one step must read the weights and the KV cache
-once, at the measured 4.24 TB/s. Each engine gets one warm-up run of the same shape first
-(CUDA-graph capture, cuBLAS autotuning); the timed run is the second.
+once, at this device's copy bandwidth measured in the same run (bench/device_floor.py; the
+anchors' H200 gave 4.24 TB/s, and each row also gives its share of that H200 floor). Each
+engine gets one warm-up run of the same shape first (CUDA-graph capture, cuBLAS autotuning);
+the timed run is the second.
 
 Needs only torch + transformers (+ this repo's ``inference/src`` on the path, added here), so it
 runs on a GPU box without the service's web stack.
@@ -37,6 +39,7 @@ sys.path.insert(0, str(REPO / "inference" / "src"))
 
 import torch  # noqa: E402
 from anchors import anchors  # noqa: E402  (bench/, the script's own folder)
+from device_floor import copy_bandwidth, sync  # noqa: E402
 from kernel_profile import kernel_profile  # noqa: E402
 from model_shapes import QWEN25_3B  # noqa: E402
 
@@ -48,7 +51,7 @@ from mcprl_inference.engine import (  # noqa: E402
     fusions,
 )
 
-# device-to-device copy, read + write bytes, measured on the anchors' H200
+# device-to-device copy, read + write bytes, measured on the anchors' H200 (the issue's floor)
 H200_COPY_BYTES_PER_S = float(anchors()["device_copy_bytes_per_s"])
 
 
@@ -69,11 +72,6 @@ def load_local(path: Path, device: torch.device, dtype: torch.dtype) -> Any:
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     return model.eval().requires_grad_(False)
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def prompts_for(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -126,12 +124,17 @@ def run_generate(model: Any, prompts: list[list[int]], new_tokens: int,
             "ms_per_decode_step": round(1000 * wall / new_tokens, 3)}
 
 
-def decode_floor(model: Any, batch: int, context: int, kv_bytes_per_token: int) -> dict[str, Any]:
+def decode_floor(model: Any, batch: int, context: int, kv_bytes_per_token: int,
+                 bandwidth: float) -> dict[str, Any]:
+    """One step reads the weights and the KV cache once: its time at ``bandwidth`` (this
+    device's, measured in the run) and at the anchors' H200 rate (the issue's figure)."""
+
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     kv = batch * context * kv_bytes_per_token
-    step_s = (weights + kv) / H200_COPY_BYTES_PER_S
+    step_s = (weights + kv) / bandwidth
     return {"ms_per_decode_step": round(1000 * step_s, 3),
             "tokens_per_s": round(batch / step_s, 1),
+            "h200_ms_per_decode_step": round(1000 * (weights + kv) / H200_COPY_BYTES_PER_S, 3),
             "weights_gb": round(weights / 1e9, 2), "kv_gb": round(kv / 1e9, 2)}
 
 
@@ -168,6 +171,7 @@ def lora_engines(model: Any, args: argparse.Namespace, make: Any) -> dict[str, L
 def bench_model(name: str, model: Any, device: torch.device, args: argparse.Namespace
                 ) -> dict[str, Any]:
     vocab = model.get_output_embeddings().weight.shape[0]
+    bandwidth = copy_bandwidth(device) if device.type == "cuda" else 0.0
 
     def make(m: Any, **extra: Any) -> LLMEngine:
         extra.setdefault("fuse", args.fuse[0])
@@ -215,12 +219,15 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                     row["ours"]["tokens_per_s"] / row["generate"]["tokens_per_s"], 2)
             if device.type == "cuda":
                 floor = decode_floor(model, batch, args.prompt_len + args.new_tokens,
-                                     engine.runner.cache.bytes_per_token)
+                                     engine.runner.cache.bytes_per_token, bandwidth)
                 row["decode_floor"] = floor
                 for key in ("ours", *fused):
                     if key in row:
+                        step = row[key]["ms_per_decode_step"]
                         row[key]["share_of_floor_step"] = round(
-                            floor["ms_per_decode_step"] / row[key]["ms_per_decode_step"], 3)
+                            floor["ms_per_decode_step"] / step, 3)
+                        row[key]["share_of_h200_floor_step"] = round(
+                            floor["h200_ms_per_decode_step"] / step, 3)
                 if "ours" in row:
                     row["ours_share_of_floor_step"] = row["ours"]["share_of_floor_step"]
             if args.kernel_profile and device.type == "cuda":
@@ -236,6 +243,7 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
         for other in (*fused.values(), *loras.values()):
             other.shutdown()
     return {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
+            "copy_bandwidth_gbps": round(bandwidth / 1e9, 1),
             "graph_captures": engine.runner.graph_captures, "fusions": engine.runner.fusions,
             "rows": rows}
 
