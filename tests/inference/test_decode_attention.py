@@ -125,6 +125,45 @@ print(json.dumps({{
     assert result["logprob_error"] < 1e-4
 
 
+_KV_WRITE = """
+import torch
+from mcprl_inference.engine.decode_attention import write_decode_kv
+
+def kv_write_errors(device, dtype):
+    \"\"\"The kernel against the two index_puts it replaces, on strided K/V (as the attention
+    layer hands them: views of one projection's output) and a cache of more slots than rows.\"\"\"
+    gen = torch.Generator().manual_seed(0)
+    errors = {}
+    for rows, kv_heads, dim in [(5, 2, 16), (3, 3, 24), (64, 2, 128)]:
+        slots, window = rows + 2, 40
+        cache = torch.randn(3, 2, slots, kv_heads, window, dim, generator=gen).to(device, dtype)
+        fused, want = cache.clone(), cache.clone()
+        qkv = torch.randn(rows, 1, 3 * kv_heads * dim, generator=gen).to(device, dtype)
+        k, v = (qkv[..., i * kv_heads * dim:(i + 1) * kv_heads * dim]
+                .view(rows, 1, kv_heads, dim).transpose(1, 2) for i in (1, 2))
+        positions = torch.randint(0, window, (rows,), generator=gen).to(device)
+        write_decode_kv(fused[1], positions, k, v)
+        index = torch.arange(rows, device=device)
+        want[1, 0][index, :, positions] = k[:, :, 0]
+        want[1, 1][index, :, positions] = v[:, :, 0]
+        errors[f"{rows}x{kv_heads}x{dim}"] = (fused.float() - want.float()).abs().max().item()
+    return errors
+"""
+
+
+@interpreted
+def test_decode_kv_write_matches_index_put() -> None:
+    """Only the planned positions change, bit for bit, other layers and slots untouched."""
+
+    result = _interpreted(_KV_WRITE + """
+import json
+print(json.dumps({**{f"f32 {k}": e for k, e in kv_write_errors("cpu", torch.float32).items()},
+                  **{f"f16 {k}": e for k, e in kv_write_errors("cpu", torch.float16).items()}}))
+""")
+    assert len(result) == 6
+    assert all(error == 0.0 for error in result.values()), result
+
+
 def test_splits_fill_the_gpu_within_whole_blocks() -> None:
     assert num_splits(rows=64, kv_heads=2, window=768, programs=528) == 5
     assert num_splits(rows=1, kv_heads=2, window=768, programs=528) == 12  # 12 blocks of 64
@@ -159,3 +198,11 @@ def test_on_cuda_bfloat16_matches_attention() -> None:
     got = decode_attention(q, k, v, lengths.to("cuda", torch.int32), dim**-0.5)
     want = namespace["reference"](q, k, v, lengths)
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_kv_write_matches_index_put() -> None:
+    namespace: dict = {}
+    exec(_KV_WRITE, namespace)
+    errors = namespace["kv_write_errors"]("cuda", torch.bfloat16)
+    assert all(error == 0.0 for error in errors.values()), errors

@@ -171,6 +171,42 @@ if triton is not None:
                  out.to(out_ptr.dtype.element_ty), mask=d_ok)
 
 
+    @triton.jit
+    def _kv_write_kernel(k_ptr, v_ptr, pos_ptr, cache_ptr, sk_b, sk_h, sv_b, sv_h,
+                         sc_kv, sc_b, sc_h, sc_n, DIM: tl.constexpr, D_PAD: tl.constexpr):
+        """Row ``b``'s new key and value of KV head ``h`` into slot ``b`` at its position."""
+
+        b, h = tl.program_id(0), tl.program_id(1)
+        pos = tl.load(pos_ptr + b)
+        d = tl.arange(0, D_PAD)
+        ok = d < DIM
+        k = tl.load(k_ptr + b * sk_b + h * sk_h + d, mask=ok)
+        v = tl.load(v_ptr + b * sv_b + h * sv_h + d, mask=ok)
+        base = cache_ptr + b * sc_b + h * sc_h + pos * sc_n + d
+        tl.store(base, k.to(cache_ptr.dtype.element_ty), mask=ok)
+        tl.store(base + sc_kv, v.to(cache_ptr.dtype.element_ty), mask=ok)
+
+
+def write_decode_kv(layer_kv: torch.Tensor, positions: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor) -> None:
+    """A decode step's new keys and values into one layer's slot cache, in one launch.
+
+    ``layer_kv [2, slots, Hkv, L, D]``; ``key``/``value [B, Hkv, 1, D]`` (any strides but a
+    contiguous last axis); row ``b`` goes to slot ``b`` at ``positions[b]``. Two
+    ``index_put`` kernels did this before, about 4 us each a layer on an H100
+    (docs/benchmarks.md)."""
+
+    if triton is None:
+        raise RuntimeError("write_decode_kv needs the triton package")
+    rows, kv_heads, _, dim = key.shape
+    if key.stride(-1) != 1 or value.stride(-1) != 1 or layer_kv.stride(-1) != 1:
+        raise ValueError("write_decode_kv needs a contiguous last (head_dim) axis")
+    _kv_write_kernel[(rows, kv_heads)](
+        key, value, positions, layer_kv, key.stride(0), key.stride(1), value.stride(0),
+        value.stride(1), *layer_kv.stride()[:4], DIM=dim,
+        D_PAD=max(16, triton.next_power_of_2(dim)), num_warps=1)
+
+
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      lengths: torch.Tensor, scale: float, *, splits: int | None = None,
                      config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:

@@ -13,7 +13,8 @@ Plans tell ``update`` what the current forward pass is:
   ``0..T-1``; attention runs causally over the fresh keys only (no prefix to attend to);
 - decode: row ``i`` is slot ``i``, its one new token goes to ``positions[i]`` and attention
   reads the first ``attn_len`` positions of the slot under a length mask (or, with the
-  split-K kernel of :mod:`.decode_attention`, the whole slot up to each row's length);
+  split-K kernel of :mod:`.decode_attention`, the whole slot up to each row's length, the
+  new K and V written by one kernel of that module);
 - extend: one sequence whose first ``start`` positions already hold a cached prefix: its new
   tokens go to ``start..`` and attention reads the whole slot under a causal mask;
 - extend_batch: several such sequences in one pass, right-padded: only each row's real new
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mcprl_inference.engine.decode_attention import decode_attention
+from mcprl_inference.engine.decode_attention import decode_attention, write_decode_kv
 
 ATTN_IMPLEMENTATION = "mcprl_slots"
 _DECODE_KERNEL = {"name": "sdpa"}
@@ -148,6 +149,9 @@ class SlotKVCache:
         self._read_range: tuple[int, int] | None = None
         self._read_len = 0
         self._row_index = torch.arange(0, device=device)
+        self.fused_decode_write = False
+        """Decode steps write K and V with one Triton kernel (``write_decode_kv``), not two
+        ``index_put``s; the model runner sets it with the split-K attention."""
 
     # sizes -----------------------------------------------------------------------------
     @property
@@ -259,9 +263,12 @@ class SlotKVCache:
             return key_states, value_states
         if self._mode == "decode":
             rows = key_states.shape[0]
-            index = self._row_index[:rows]
-            k_layer[index, :, self._positions] = key_states[:, :, 0]
-            v_layer[index, :, self._positions] = value_states[:, :, 0]
+            if self.fused_decode_write:
+                write_decode_kv(self.kv[layer_idx], self._positions, key_states, value_states)
+            else:
+                index = self._row_index[:rows]
+                k_layer[index, :, self._positions] = key_states[:, :, 0]
+                v_layer[index, :, self._positions] = value_states[:, :, 0]
             n = self._attn_len
             return k_layer[:rows, :, :n], v_layer[:rows, :, :n]
         if self._mode == "extend_batch":
