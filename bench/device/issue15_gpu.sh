@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 15's GPU figures in one call of a lent GPU box (10 minutes at most): the CUDA tests of
 # the engine's fused decode path, its split-K decode attention and the trainer's update, the
-# LoRA update at the 3B shape, and the decode step: the compiled SiLU product (fuse +mlp)
-# beside the CUDA default, bare and serving a LoRA, then the split-K decode attention beside
-# SDPA at batch 16/64/256, each with the kernel profile, and (part "attention") the split-K
+# LoRA update at the 3B shape, and the decode step: the CUDA default beside the fused
+# residual adds (fuse +residual) and beside SDPA at batch 16/64/256 with the kernel profile,
+# then both fuse settings serving an unmerged LoRA, and (part "attention") the split-K
 # kernel's launch configurations swept against SDPA and the KV-read floor
 # (bench/bench_decode_attention.py). Each part has its own time limit, so a slow one leaves
 # the others' results. The RL step itself is bench/device/rl_step.sh.
@@ -12,7 +12,7 @@
 #   then, on the warm machine:            PARTS=trainer bash bench/device/issue15_gpu.sh
 #
 # Here, before the call: `make gpu-wheels tiny-model`. What comes back in $OUT: gpu.txt,
-# cuda-tests.log, trainer-update.json (+ .log), inference-mlp.json and inference-attn.json
+# cuda-tests.log, trainer-update.json (+ .log), inference-decode.json and inference-lora.json
 # (+ .log), decode-attention.json (+ .log). Keep the JSON as
 # docs/bench/trainer-update-<card>-<date>.json and inference-<card>-<what>-<date>.json.
 # PARTS (default "tests trainer decode attention", about 6 minutes on an H100) picks the parts.
@@ -61,19 +61,20 @@ if [[ " $PARTS " == *" trainer "* ]]; then
 fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
-  # The CUDA default (norm+rotary+proj) against it with the compiled SiLU product, each bare
-  # and serving an unmerged LoRA; then, with the product, SDPA against the split-K kernel.
-  say "decode, batch 64, fuse auto vs +mlp"
+  # The CUDA default (norm+rotary+proj+mlp, split-K attention with its one-kernel KV write)
+  # beside the fused residual adds (+residual) and beside SDPA, at batch 16/64/256; then the
+  # same two fuse settings serving an unmerged LoRA at batch 64.
+  say "decode, batch 16/64/256: default vs +residual vs sdpa"
+  timeout 240 python3 bench/bench_inference.py --device cuda --batches 16,64,256 \
+    --new-tokens 128 --engines ours --fuse norm+rotary+proj+mlp,norm+rotary+proj+mlp+residual \
+    --decode-attention triton,sdpa --kernel-profile \
+    > "$OUT/inference-decode.json" 2> "$OUT/inference-decode.log"
+  say "decode: exit $?"
+  say "decode, batch 64, LoRA unmerged: default vs +residual"
   timeout 150 python3 bench/bench_inference.py --device cuda --batches 64 --new-tokens 128 \
-    --engines ours,lora-unmerged --fuse norm+rotary+proj,norm+rotary+proj+mlp \
-    --kernel-profile > "$OUT/inference-mlp.json" 2> "$OUT/inference-mlp.log"
-  say "decode (mlp): exit $?"
-  say "decode, batch 16/64/256, sdpa vs triton"
-  timeout 200 python3 bench/bench_inference.py --device cuda --batches 16,64,256 \
-    --new-tokens 128 --engines ours --fuse norm+rotary+proj+mlp \
-    --decode-attention sdpa,triton --kernel-profile \
-    > "$OUT/inference-attn.json" 2> "$OUT/inference-attn.log"
-  say "decode (attention): exit $?"
+    --engines lora-unmerged --fuse norm+rotary+proj+mlp,norm+rotary+proj+mlp+residual \
+    > "$OUT/inference-lora.json" 2> "$OUT/inference-lora.log"
+  say "decode (LoRA): exit $?"
 fi
 if [[ " $PARTS " == *" attention "* ]]; then
   say "decode attention: split-K configurations vs SDPA and the floor"

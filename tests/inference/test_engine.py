@@ -221,3 +221,36 @@ def test_the_compiled_silu_product_runs_in_decode_steps_only(tiny_test_model: Pa
     finally:
         state["fn"] = compiled
         engine.shutdown()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("fuse", ["residual", "norm+proj+mlp+residual"])
+def test_fused_residual_adds_run_in_decode_steps_only(tiny_test_model: Path, ref_logprobs,
+                                                      fuse: str) -> None:
+    """``fuse=residual``: in decode steps a layer's first residual add runs in the compiled
+    add + RMSNorm and its second in the down projection's GEMM (the down module itself is
+    not called); the log-probs are a plain forward pass's. Prefills run the layers as they
+    are."""
+
+    from mcprl_inference.engine import fusions
+
+    engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse=fuse)).start()
+    state = fusions._ADD_RMS_NORM._mcprl_state
+    compiled, calls = _spy_on(state)
+    layers = engine.model.model.layers
+    down_calls: list[int] = []
+    hooks = [layer.mlp.down_proj.register_forward_hook(lambda *_: down_calls.append(1))
+             for layer in layers]
+    try:
+        assert f"residual adds fused x{len(layers)}" in engine.runner.fusions
+        prompt = _prompts(3)[2]
+        out = engine.add_request(prompt, SamplingParams(max_tokens=6, seed=2, ignore_eos=True)
+                                 ).result(60).outputs[0]
+        assert out.logprobs == pytest.approx(ref_logprobs(prompt, out.token_ids), abs=1e-4)
+        assert len(calls) == 5 * len(layers)  # 5 decode steps
+        assert len(down_calls) == len(layers)  # the prefill only
+    finally:
+        state["fn"] = compiled
+        for hook in hooks:
+            hook.remove()
+        engine.shutdown()

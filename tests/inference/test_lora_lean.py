@@ -81,11 +81,13 @@ def adapters(tiny_test_model: Path, tmp_path_factory) -> dict[str, Path]:
                                    use_rslora=True)}
 
 
-@pytest.mark.parametrize("fuse", ["none", "proj"])
+@pytest.mark.parametrize("fuse", ["none", "proj", "proj+mlp+residual"])
 @pytest.mark.parametrize("name", ["a", "rslora"])
 def test_lean_path_equals_peft(tiny_test_model: Path, adapters, name: str, fuse: str) -> None:
     """Rank 4 under max_lora_rank 16 (padded buffers), and rsLoRA's alpha / sqrt(r); each
-    linear on its own, and q/k/v and gate/up merged (one stacked A, one block-diagonal B)."""
+    linear on its own, q/k/v and gate/up merged (one stacked A, one block-diagonal B), and
+    with the residual fusion, which leaves a down projection with a LoRA branch its own
+    forward."""
 
     eng = engine(tiny_test_model, max_lora_rank=16, fuse=fuse)
     try:

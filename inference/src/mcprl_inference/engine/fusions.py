@@ -5,10 +5,12 @@ is ~7 elementwise kernels and rotary embeddings ~10 per layer. While the engine'
 run (``active()``), allow-listed RMSNorm modules use PyTorch's fused ``rms_norm`` and, with
 ``rotary``, the model's ``apply_rotary_pos_emb`` is replaced by a ``torch.compile``d one,
 with ``proj``, q/k/v and gate/up run as one GEMM each (:mod:`.merged_linears`), and with
-``mlp``, a SiLU MLP's ``silu(gate) * up`` is one compiled kernel instead of two. The model
-runner turns the last three on in decode steps only: prefills are bound by compute, not by
-kernel count, and the compiled rotary was slower there. Outside the engine (training,
-plain ``generate``) the model behaves exactly as before.
+``mlp``, a SiLU MLP's ``silu(gate) * up`` is one compiled kernel instead of two, and with
+``residual``, a decoder layer's two residual adds run inside other kernels: the first in a
+compiled add + RMSNorm, the second in the down projection's GEMM (cuBLAS adds its ``C``
+input, ``beta = 1``). The model runner turns all but ``norm`` on in decode steps only:
+prefills are bound by compute, not by kernel count, and the compiled rotary was slower there.
+Outside the engine (training, plain ``generate``) the model behaves exactly as before.
 
 The rotary function is patched in the model's module, which every model of that class in
 the process shares; so what is active is per thread (a context variable, each engine steps
@@ -36,8 +38,10 @@ log = logging.getLogger(__name__)
 _NORMS = {"Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm", "Qwen3RMSNorm", "Qwen2MoeRMSNorm"}
 # MLP classes computing down(act(gate(x)) * up(x)); fused where act is SiLU.
 _MLPS = {"Qwen2MLP", "LlamaMLP", "MistralMLP", "Qwen3MLP"}
-NORM, ROTARY, PROJ, MLP = "norm", "rotary", "proj", "mlp"
-KINDS = (NORM, ROTARY, PROJ, MLP)
+# Decoder layers computing h += attn(norm1(h)); h += mlp(norm2(h)), nothing else.
+_LAYERS = {"Qwen2DecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer", "Qwen3DecoderLayer"}
+NORM, ROTARY, PROJ, MLP, RESIDUAL = "norm", "rotary", "proj", "mlp", "residual"
+KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL)
 AUTO_CUDA = (NORM, ROTARY, PROJ, MLP)  # each measured faster on a GPU (docs/benchmarks.md)
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
 
@@ -100,8 +104,52 @@ def _mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     return self.down_proj(_SILU_MUL(self.gate_proj(x), self.up_proj(x)))
 
 
+def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    hidden = x + residual
+    return hidden, F.rms_norm(hidden, (hidden.shape[-1],), weight, eps)
+
+
+_ADD_RMS_NORM = compiled_or_eager(_add_rms_norm, "residual add + rms_norm")
+
+
+def _plain_linear(module: Any) -> bool:
+    """An ``nn.Linear`` without bias whose forward nobody replaced (a LoRA branch, a merged
+    group): its output may be computed by another GEMM call."""
+
+    return type(module) is torch.nn.Linear and module.bias is None and "forward" not in vars(
+        module)
+
+
+def _mlp_into(mlp: Any, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """``residual + mlp(x)``, the add in the down projection's GEMM where it is plain."""
+
+    down = mlp.down_proj
+    if type(mlp).__name__ not in _MLPS or not _plain_linear(down) or getattr(
+            mlp.config, "hidden_act", None) != "silu":
+        return residual + mlp(x)
+    gate, up = mlp.gate_proj(x), mlp.up_proj(x)
+    act = _SILU_MUL(gate, up) if MLP in _ACTIVE.get() else F.silu(gate) * up
+    out = torch.addmm(residual.reshape(-1, residual.shape[-1]), act.reshape(-1, act.shape[-1]),
+                      down.weight.t())
+    return out.view(residual.shape)
+
+
+def _layer_forward(self: Any, hidden_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> torch.Tensor:
+    if RESIDUAL not in _ACTIVE.get() or args:
+        return type(self).forward(self, hidden_states, *args, **kwargs)
+    residual = hidden_states
+    hidden_states, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states),
+                                      **kwargs)
+    norm = self.post_attention_layernorm
+    hidden, normed = _ADD_RMS_NORM(hidden_states, residual, norm.weight,
+                                   norm.variance_epsilon)
+    return _mlp_into(self.mlp, normed, hidden)
+
+
 def install(model: Any, *, norm: bool = True, rotary: bool = False,
-            mlp: bool = False) -> list[str]:
+            mlp: bool = False, residual: bool = False) -> list[str]:
     """Patch ``model`` in place; returns what was fused."""
 
     done: list[str] = []
@@ -139,6 +187,16 @@ def install(model: Any, *, norm: bool = True, rotary: bool = False,
                 count += 1
         if count:
             done.append(f"silu*up (torch.compile) x{count}")
+    if residual:
+        count = 0
+        for module in model.modules():
+            norm_module = getattr(module, "post_attention_layernorm", None)
+            if (type(module).__name__ in _LAYERS and type(norm_module).__name__ in _NORMS
+                    and hasattr(norm_module, "variance_epsilon")):
+                module.forward = _layer_forward.__get__(module)
+                count += 1
+        if count:
+            done.append(f"residual adds fused x{count}")
     if done:
         log.info("decode fusions installed", extra={"fusions": done})
     return done

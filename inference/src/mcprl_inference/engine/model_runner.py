@@ -51,15 +51,18 @@ class ModelRunner:
         register_attention()
         # What active() turns on for this model (a kind install() found nothing for is a no-op).
         self._fused = fusions.parse(fuse, device.type)
-        # The compiled rotary and SiLU product and the merged GEMMs run in decode steps only.
+        # The compiled rotary, SiLU product and add + norm, the merged GEMMs and the residual
+        # in the down projection run in decode steps only.
         # A decode step is bound by kernel count, a prefill by compute: there the compiled
         # rotary was slower than the eager one, and a merged gate/up leaves SiLU and its
         # product to strided column slices of one wide output, for no fewer FLOPs
-        # (docs/benchmarks.md); the compiled product is unmeasured in prefills.
-        self._prefill_fused = self._fused - {fusions.ROTARY, fusions.PROJ, fusions.MLP}
+        # (docs/benchmarks.md); the compiled product and residual fusions are unmeasured in
+        # prefills.
+        self._prefill_fused = self._fused & {fusions.NORM}
         self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
                                        rotary=fusions.ROTARY in self._fused,
-                                       mlp=fusions.MLP in self._fused)
+                                       mlp=fusions.MLP in self._fused,
+                                       residual=fusions.RESIDUAL in self._fused)
         self.merged: list[merged_linears.MergedLinears] = []
         if fusions.PROJ in self._fused:
             self.merged = merged_linears.merge(
