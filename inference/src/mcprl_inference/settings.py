@@ -92,6 +92,10 @@ class InferenceSettings(ServiceSettings):
     prefix_cache_memory_gb: float | None = Field(
         None, gt=0, description="Memory of the prefix cache in GiB; unset: 1 GiB on CPU, 10% "
                                 "of the KV cache budget (at most 8 GiB) on CUDA.")
+    async_scheduling: bool | None = Field(
+        None, description="Launch each decode step before the host reads the step before "
+                          "(vLLM --async-scheduling), so the GPU does not wait while the host "
+                          "takes tokens and checks stops; unset: on with CUDA, off on CPU.")
     profile: bool = Field(
         False, description="Time each decode step's forward pass and sampling apart with CUDA "
                            "events (mcprl_inference_decode_forward_seconds_total, "
@@ -121,6 +125,7 @@ class InferenceSettings(ServiceSettings):
             decode_attention=self.decode_attention, fuse=self.fuse,
             enable_prefix_caching=self.enable_prefix_caching,
             prefix_cache_memory_gb=self.prefix_cache_memory_gb, profile=self.profile,
+            async_scheduling=self.async_scheduling,
         )
 
     def static_loras(self) -> list[tuple[str, str]]:

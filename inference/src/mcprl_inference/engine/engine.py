@@ -35,7 +35,13 @@ from mcprl_inference.engine.lora import LoraError, LoraManager
 from mcprl_inference.engine.model_runner import ModelRunner
 from mcprl_inference.engine.prefill import PromptPrefiller
 from mcprl_inference.engine.prefix_cache import PrefixCache
-from mcprl_inference.engine.sampling import SamplingBatch, SamplingParams, sample, unpack_bitmask
+from mcprl_inference.engine.sampling import (
+    SampleResult,
+    SamplingBatch,
+    SamplingParams,
+    sample,
+    unpack_bitmask,
+)
 from mcprl_inference.engine.sequence import (
     EngineError,
     EngineObserver,
@@ -102,6 +108,12 @@ class LLMEngine:
         self._counts: torch.Tensor | None = None
         self._prompt_mask: torch.Tensor | None = None
         self._slots: torch.Tensor | None = None
+        # async scheduling: the decode step launched before the host read the one before it
+        self._ahead: SampleResult | None = None
+        self._ahead_seqs: list[SequenceState] = []
+        self.async_scheduling = (self.device.type == "cuda"
+                                 if self.config.async_scheduling is None
+                                 else self.config.async_scheduling)
         self._thread: threading.Thread | None = None
         log.info("engine ready", extra={
             "device": str(self.device), "dtype": str(self.dtype),
@@ -327,6 +339,9 @@ class LLMEngine:
         self._fail_running(EngineError("the engine is shutting down", "unavailable"))
 
     def _step(self) -> None:
+        if self._ahead is not None and (self._aborted or self._commands or (
+                self._waiting and len(self._running) < self.config.max_batch_size)):
+            self._drain()  # what follows may change the batch: nothing may be in flight
         self._process_aborts()
         if self._commands:
             if not self._running:
@@ -379,6 +394,7 @@ class LLMEngine:
         self._running = []
         self._group = None
         self._batch = None
+        self._ahead, self._ahead_seqs = None, []
         for req in requests.values():
             settle(req.future, error=error)
 
@@ -534,6 +550,10 @@ class LLMEngine:
 
     # decode ----------------------------------------------------------------------------
     def _decode(self) -> None:
+        """One decode step for the running batch; with async scheduling, the step after it is
+        launched before this one's tokens are read, and kept in flight while the batch stays
+        as it is (no sequence finished, nothing waiting to join or leave)."""
+
         t0 = time.perf_counter()
         seqs = self._running
         if self._batch is None or self._tokens is None:
@@ -543,8 +563,26 @@ class LLMEngine:
             self._positions = torch.tensor([s.total_len - 1 for s in seqs], device=self.device)
             self._steps = torch.tensor([len(s.output_ids) for s in seqs], device=self.device)
             self._slots = torch.arange(len(seqs), device=self.device)
+        if self._ahead is not None:  # launched by the last step for this same batch
+            current, self._ahead, self._ahead_seqs = self._ahead, None, []
+        else:
+            current = self._launch(seqs, pending=0)
+        if self._may_run_ahead(seqs):
+            self._ahead, self._ahead_seqs = self._launch(seqs, pending=1), list(seqs)
+            self.stats.ahead_steps += 1
+        self._take(seqs, current.host)
+        self._count_step(len(seqs), t0)
+        if self._ahead is not None and any(s.finish_reason is not None for s in seqs):
+            self._drain()
+        self._retire()
+
+    def _launch(self, seqs: list[SequenceState], pending: int) -> SampleResult:
+        """Queue a decode step and its sampling on the device (the host reads nothing).
+        ``pending``: tokens sampled but not yet taken into ``seqs``."""
+
         assert self._positions is not None and self._steps is not None
-        max_pos = max(s.total_len for s in seqs) - 1
+        assert self._tokens is not None and self._batch is not None
+        max_pos = max(s.total_len for s in seqs) - 1 + pending
         self.lora.activate(self._group)
         events = self._events() if self.config.profile else None
         if events:
@@ -554,7 +592,7 @@ class LLMEngine:
         if events:
             events[1].record()
         result = self._sample(logits, self._batch, self._steps, seqs, self._slots)
-        if events:  # the sampler's host copy synchronised the stream: both are complete
+        if events:
             events[2].record()
             events[2].synchronize()
             self.stats.decode_forward_s += events[0].elapsed_time(events[1]) / 1000
@@ -562,12 +600,42 @@ class LLMEngine:
         self._tokens = result.tokens
         self._positions += 1
         self._steps += 1
-        self._take(seqs, result.host)
-        self.stats.decode_steps += 1
-        self.stats.decode_tokens += len(seqs)
-        self.stats.max_decode_batch = max(self.stats.max_decode_batch, len(seqs))
-        self.stats.decode_time_s += time.perf_counter() - t0
+        return result
+
+    def _may_run_ahead(self, seqs: list[SequenceState]) -> bool:
+        """Whether the next step can be launched before this one's tokens are read: not
+        under a grammar (its mask needs the token), not while profiling (which syncs), and
+        not when every sequence ends with this step by length."""
+
+        if not self.async_scheduling or self.config.profile:
+            return False
+        if any(s.request.params.grammar is not None for s in seqs):
+            return False
+        return any(len(s.output_ids) + 1 < s.request.params.max_tokens
+                   and s.total_len + 1 < self.max_model_len for s in seqs)
+
+    def _drain(self) -> None:
+        """Take the step in flight: its tokens for the sequences still running; a sequence
+        that finished in the step before has its row dropped (its slot's extra KV position
+        is past its end and never read)."""
+
+        ahead, seqs = self._ahead, self._ahead_seqs
+        self._ahead, self._ahead_seqs = None, []
+        if ahead is None:
+            return
+        t0 = time.perf_counter()
+        rows = [(s, row) for s, row in zip(seqs, ahead.host, strict=True)
+                if s.finish_reason is None]
+        self.stats.dropped_rows += len(seqs) - len(rows)
+        self._take([s for s, _ in rows], [row for _, row in rows])
+        self._count_step(len(rows), t0)
         self._retire()
+
+    def _count_step(self, rows: int, t0: float) -> None:
+        self.stats.decode_steps += 1
+        self.stats.decode_tokens += rows
+        self.stats.max_decode_batch = max(self.stats.max_decode_batch, rows)
+        self.stats.decode_time_s += time.perf_counter() - t0
 
     def _events(self) -> list[Any] | None:
         if self.device.type != "cuda":

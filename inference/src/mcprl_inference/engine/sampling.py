@@ -141,12 +141,33 @@ class SamplingBatch:
         )
 
 
-@dataclass
 class SampleResult:
-    tokens: torch.Tensor
-    """``[B]`` sampled ids (device)."""
-    host: list[list[float]]
-    """Per row: ``[token, logprob, top_id_1, top_lp_1, ...]`` on the host."""
+    """A step's sampled ids on the device, and its rows on their way to the host.
+
+    On CUDA the rows are copied into pinned memory without blocking: the engine can launch
+    the next decode step (whose input is ``tokens``, already on the device) before it reads
+    them (``async_scheduling``, docs/benchmarks.md).
+    """
+
+    def __init__(self, tokens: torch.Tensor, rows: torch.Tensor) -> None:
+        self.tokens = tokens
+        """``[B]`` sampled ids (device)."""
+        self._ready: torch.cuda.Event | None = None
+        if rows.is_cuda:
+            self._rows = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
+            self._rows.copy_(rows, non_blocking=True)
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+        else:
+            self._rows = rows
+
+    @property
+    def host(self) -> list[list[float]]:
+        """Per row: ``[token, logprob, top_id_1, top_lp_1, ...]``; waits for the copy."""
+
+        if self._ready is not None:
+            self._ready.synchronize()
+        return self._rows.tolist()
 
 
 def apply_penalties(logits: torch.Tensor, counts: torch.Tensor, prompt_mask: torch.Tensor,
@@ -226,5 +247,4 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, steps: torch.Tensor,
                                      dim=-1)
         pair = torch.stack([top_ids.double(), top_lp.double()], dim=-1).reshape(len(tokens), -1)
         parts.append(pair)
-    host = torch.cat(parts, dim=-1).cpu().tolist()
-    return SampleResult(tokens=tokens, host=host)
+    return SampleResult(tokens, torch.cat(parts, dim=-1))

@@ -75,6 +75,10 @@ class NullObserver:
 class EngineStats:
     decode_steps: int = 0
     decode_tokens: int = 0
+    ahead_steps: int = 0
+    """Decode steps launched before the host read the step before (async scheduling)."""
+    dropped_rows: int = 0
+    """Rows of steps run ahead for sequences that had finished the step before: the waste."""
     max_decode_batch: int = 0
     prefill_batches: int = 0
     prefill_forwards: int = 0
