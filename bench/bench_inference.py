@@ -176,6 +176,7 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
     def make(m: Any, **extra: Any) -> LLMEngine:
         extra.setdefault("fuse", args.fuse[0])
         extra.setdefault("decode_attention", args.decode_attention[0])
+        extra.setdefault("async_scheduling", args.async_scheduling[0])
         return LLMEngine(m, None, EngineConfig(
             max_batch_size=max(args.batches),
             max_model_len=args.prompt_len + args.new_tokens + 16,
@@ -184,13 +185,15 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
 
     # Copies first: an engine patches its model's norm modules in place. Which fusions and
     # decode attention kernel run is decided per engine, so the settings can share the
-    # process (and the GPU, in turn). Rows: fuse:<setting>, attn:<kernel>.
-    arms = [("fuse", f) for f in args.fuse[1:]] + [
-        ("attn", a) for a in args.decode_attention[1:]]
-    copies = {f"{kind}:{value}": (kind, value, copy.deepcopy(model)) for kind, value in arms}
+    # process (and the GPU, in turn). Rows: fuse:<setting>, attn:<kernel>, async:<on|off>.
+    arms = ([("fuse", f) for f in args.fuse[1:]]
+            + [("decode_attention", a) for a in args.decode_attention[1:]]
+            + [("async_scheduling", a) for a in args.async_scheduling[1:]])
+    prefix = {"fuse": "fuse", "decode_attention": "attn", "async_scheduling": "async"}
+    copies = {f"{prefix[kind]}:{_setting(value)}": (kind, value, copy.deepcopy(model))
+              for kind, value in arms}
     engine = make(model)
-    fused = {label: make(m, **{"fuse" if kind == "fuse" else "decode_attention": value})
-             for label, (kind, value, m) in copies.items()}
+    fused = {name: make(m, **{kind: value}) for name, (kind, value, m) in copies.items()}
     loras = lora_engines(model, args, make)
     rows = []
     try:
@@ -207,6 +210,7 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                 row[label] = run_engine(fused_engine, prompts, args.new_tokens)
                 row[label]["fusions"] = fused_engine.runner.fusions
                 row[label]["decode_attention"] = fused_engine.runner.decode_kernel
+                row[label]["async_scheduling"] = fused_engine.async_scheduling
             for mode, lora_engine in loras.items():
                 run_engine(lora_engine, prompts, args.new_tokens, "policy")  # warm-up
                 row[f"lora-{mode}"] = run_engine(lora_engine, prompts, args.new_tokens, "policy")
@@ -295,6 +299,20 @@ def _attention_list(text: str) -> list[str]:
     return items
 
 
+def _async_list(text: str) -> list[bool | None]:
+    values = {"auto": None, "on": True, "off": False}
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items or any(x not in values for x in items):
+        raise argparse.ArgumentTypeError("--async-scheduling takes auto, on or off, "
+                                         "comma-separated")
+    return [values[x] for x in items]
+
+
+def _setting(value: Any) -> str:
+    return {None: "auto", True: "on", False: "off"}.get(value, value) if not isinstance(
+        value, str) else value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -315,6 +333,10 @@ def main() -> None:
                     help="decode attention kernel: auto, sdpa, matmul, triton (split-K, "
                          "CUDA); a comma-separated list runs one engine per kernel, rows "
                          "'attn:<kernel>' after the first, with the first --fuse setting")
+    ap.add_argument("--async-scheduling", default="auto", type=_async_list,
+                    help="launch each decode step before the host reads the one before: "
+                         "auto (on with CUDA), on, off; a comma-separated list runs one "
+                         "engine per value, rows 'async:<value>' after the first")
     ap.add_argument("--max-prefill-tokens", type=int, default=None)
     ap.add_argument("--fuse", default="auto", type=_fuse_list,
                     help="fused decode kernels (mcprl_inference.engine.fusions): auto, none, "
@@ -363,7 +385,8 @@ def main() -> None:
         "threads": torch.get_num_threads(), "dtype": str(dtype).replace("torch.", ""),
         "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "sampling": "T=1.0",
         "cuda_graphs": gpu and not args.no_graphs, "fuse": args.fuse,
-        "decode_attention": args.decode_attention, "results": results,
+        "decode_attention": args.decode_attention,
+        "async_scheduling": [_setting(a) for a in args.async_scheduling], "results": results,
     }
     print(json.dumps(report, indent=2))
 

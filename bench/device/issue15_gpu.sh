@@ -2,8 +2,9 @@
 # Issue 15's GPU figures in one call of a lent GPU box (10 minutes at most): the CUDA tests of
 # the engine's fused decode path, its split-K decode attention and the trainer's update, the
 # LoRA update at the 3B shape, and the decode step: the CUDA default beside the fused
-# residual adds (fuse +residual) and beside SDPA at batch 16/64/256 with the kernel profile,
-# then both fuse settings serving an unmerged LoRA, and (part "attention") the split-K
+# residual adds (fuse +residual), SDPA and async scheduling off at batch 16/64/256 with the
+# kernel profile, (part "lora") both fuse settings serving an unmerged LoRA, and (part
+# "attention") the split-K
 # kernel's launch configurations swept against SDPA and the KV-read floor
 # (bench/bench_decode_attention.py). Each part has its own time limit, so a slow one leaves
 # the others' results. The RL step itself is bench/device/rl_step.sh.
@@ -15,7 +16,7 @@
 # cuda-tests.log, trainer-update.json (+ .log), inference-decode.json and inference-lora.json
 # (+ .log), decode-attention.json (+ .log). Keep the JSON as
 # docs/bench/trainer-update-<card>-<date>.json and inference-<card>-<what>-<date>.json.
-# PARTS (default "tests trainer decode attention", about 6 minutes on an H100) picks the parts.
+# PARTS (default "tests trainer decode attention"; "lora" besides) picks the parts.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out} SITE=${SITE:-$HOME/site}
@@ -62,15 +63,17 @@ if [[ " $PARTS " == *" trainer "* ]]; then
 fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
-  # The CUDA default (norm+rotary+proj+mlp, split-K attention with its one-kernel KV write)
-  # beside the fused residual adds (+residual) and beside SDPA, at batch 16/64/256; then the
-  # same two fuse settings serving an unmerged LoRA at batch 64.
-  say "decode, batch 16/64/256: default vs +residual vs sdpa"
-  timeout 240 python3 bench/bench_inference.py --device cuda --batches 16,64,256 \
+  # The CUDA default (norm+rotary+proj+mlp, split-K attention with its one-kernel KV write,
+  # async scheduling) beside the fused residual adds (+residual), SDPA, and async scheduling
+  # off, at batch 16/64/256.
+  say "decode, batch 16/64/256: default vs +residual vs sdpa vs async off"
+  timeout 300 python3 bench/bench_inference.py --device cuda --batches 16,64,256 \
     --new-tokens 128 --engines ours --fuse norm+rotary+proj+mlp,norm+rotary+proj+mlp+residual \
-    --decode-attention triton,sdpa --kernel-profile \
+    --decode-attention triton,sdpa --async-scheduling on,off --kernel-profile \
     > "$OUT/inference-decode.json" 2> "$OUT/inference-decode.log"
   say "decode: exit $?"
+fi
+if [[ " $PARTS " == *" lora "* ]]; then
   say "decode, batch 64, LoRA unmerged: default vs +residual"
   timeout 150 python3 bench/bench_inference.py --device cuda --batches 64 --new-tokens 128 \
     --engines lora-unmerged --fuse norm+rotary+proj+mlp,norm+rotary+proj+mlp+residual \

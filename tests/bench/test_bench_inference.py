@@ -1,7 +1,7 @@
 """bench/bench_inference.py on the CPU: fused-kernel settings and decode attention kernels
 side by side in one process, one engine each on its own copy of the model (what the
 2026-12-06 H100 comparison had to run as two processes, before fusions were decided per
-engine)."""
+engine), and async scheduling off and on."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def test_fuse_settings_run_side_by_side() -> None:
         [sys.executable, str(ROOT / "bench" / "bench_inference.py"), "--model",
          str(ROOT / "models" / "tiny-test"), "--engines", "ours,lora-unmerged", "--fuse",
          "none,norm+rotary,proj", "--decode-attention", "sdpa,matmul",
+         "--async-scheduling", "off,on",
          "--batches", "2", "--prompt-len", "8", "--new-tokens", "4", "--threads", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -29,14 +30,17 @@ def test_fuse_settings_run_side_by_side() -> None:
     (result,) = report["results"]
     assert result["fusions"] == []  # the first setting's engine: nothing fused
     (row,) = result["rows"]
-    for key in ("ours", "fuse:norm+rotary", "fuse:proj", "attn:matmul", "lora-unmerged",
-                "lora-unmerged:fuse:proj"):  # a LoRA engine per fuse setting too
+    for key in ("ours", "fuse:norm+rotary", "fuse:proj", "attn:matmul", "async:on",
+                "lora-unmerged", "lora-unmerged:fuse:proj"):  # a LoRA engine per fuse setting too
         assert row[key]["generated_tokens"] == 8 and row[key]["tokens_per_s"] > 0
     assert row["fuse:norm+rotary"]["fusions"] == ["rms_norm x7", "rotary (torch.compile)"]
     assert row["fuse:proj"]["fusions"] == ["merged projections x6"]
     # the attention arm keeps the first fuse setting and runs its own kernel
     assert row["attn:matmul"]["fusions"] == [] and row["attn:matmul"]["decode_attention"] == \
         "matmul" and row["fuse:proj"]["decode_attention"] == "sdpa"
+    assert row["async:on"]["async_scheduling"] is True
+    assert row["fuse:proj"]["async_scheduling"] is False and report["async_scheduling"] == [
+        "off", "on"]
 
 
 def test_an_unknown_fuse_setting_is_refused() -> None:
