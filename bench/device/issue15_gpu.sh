@@ -63,10 +63,10 @@ if [[ " $PARTS " == *" trainer "* ]]; then
 fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
-  # The CUDA default (norm+rotary+proj+mlp, split-K attention with its one-kernel KV write,
-  # async scheduling) beside the fused residual adds (+residual), SDPA, and async scheduling
-  # off, at batch 16/64/256.
-  say "decode, batch 16/64/256: default vs +residual vs sdpa vs async off"
+  # The CUDA defaults (norm+rotary+proj+mlp, split-K attention with its one-kernel KV write)
+  # with async scheduling on (opt-in), beside the fused residual adds (+residual), SDPA, and
+  # async scheduling off (the default), at batch 16/64/256.
+  say "decode, batch 16/64/256: async on vs +residual vs sdpa vs async off"
   timeout 300 python3 bench/bench_inference.py --device cuda --batches 16,64,256 \
     --new-tokens 128 --engines ours --fuse norm+rotary+proj+mlp,norm+rotary+proj+mlp+residual \
     --decode-attention triton,sdpa --async-scheduling on,off --kernel-profile \

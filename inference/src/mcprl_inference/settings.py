@@ -92,10 +92,10 @@ class InferenceSettings(ServiceSettings):
     prefix_cache_memory_gb: float | None = Field(
         None, gt=0, description="Memory of the prefix cache in GiB; unset: 1 GiB on CPU, 10% "
                                 "of the KV cache budget (at most 8 GiB) on CUDA.")
-    async_scheduling: bool | None = Field(
-        None, description="Launch each decode step before the host reads the step before "
-                          "(vLLM --async-scheduling), so the GPU does not wait while the host "
-                          "takes tokens and checks stops; unset: on with CUDA, off on CPU.")
+    async_scheduling: bool = Field(
+        False, description="Launch each decode step before the host reads the step before "
+                           "(vLLM --async-scheduling), so the GPU does not wait while the host "
+                           "takes tokens and checks stops. Off until measured on a GPU.")
     profile: bool = Field(
         False, description="Time each decode step's forward pass and sampling apart with CUDA "
                            "events (mcprl_inference_decode_forward_seconds_total, "

@@ -53,11 +53,11 @@ class EngineConfig:
     (2026-12-06, batch 64) ``norm+rotary+proj`` made a decode step 17% shorter than ``norm``
     (6.21 against 7.44 ms; the compiled rotary runs in decode steps only, where it was
     faster) and passed the CUDA tests (graphs, LoRA, sleep and wake)."""
-    async_scheduling: bool | None = None
+    async_scheduling: bool = False
     """Launch each decode step before the host reads the previous step's tokens (vLLM's
     ``--async-scheduling``), so the GPU is not idle while the host appends tokens and checks
-    stops; a sequence that stopped costs one wasted row of the step after. ``None``: on with
-    CUDA, off on CPU (where nothing runs asynchronously and the row would only be waste)."""
+    stops; a sequence that stopped costs one wasted row of the step after. Off by default
+    until measured on a GPU; on a CPU nothing runs asynchronously (the row is only waste)."""
     enable_prefix_caching: bool = True
     """Reuse the KV of earlier sequences for prompts that start with the same tokens (vLLM's
     ``--enable-prefix-caching``; see ``engine.prefix_cache``)."""

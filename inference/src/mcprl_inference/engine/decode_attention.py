@@ -105,7 +105,8 @@ if triton is not None:
         partial output and its log-sum-exp (-inf for a chunk past the sequence's end).
         ``IEEE``: float32 inputs multiply in float32, not TF32 (as torch's default)."""
 
-        b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        # 64-bit offsets: a row's start in a large cache passes 2**31 elements
+        b, h, s = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
         length = tl.minimum(tl.load(len_ptr + b), window)  # never read past the window
         start = s * chunk
         end = tl.minimum(start + chunk, length)
@@ -156,7 +157,7 @@ if triton is not None:
                                 D_PAD: tl.constexpr):
         """One query head's output: its chunks weighted by their share of the softmax."""
 
-        b, h, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        b, h, g = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
         s = tl.arange(0, S_PAD)
         d = tl.arange(0, D_PAD)
         s_ok, d_ok = s < SPLITS, d < DIM
@@ -176,8 +177,8 @@ if triton is not None:
                          sc_kv, sc_b, sc_h, sc_n, DIM: tl.constexpr, D_PAD: tl.constexpr):
         """Row ``b``'s new key and value of KV head ``h`` into slot ``b`` at its position."""
 
-        b, h = tl.program_id(0), tl.program_id(1)
-        pos = tl.load(pos_ptr + b)
+        b, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+        pos = tl.load(pos_ptr + b).to(tl.int64)
         d = tl.arange(0, D_PAD)
         ok = d < DIM
         k = tl.load(k_ptr + b * sk_b + h * sk_h + d, mask=ok)
