@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 15's GPU figures in one call of a lent GPU box (10 minutes at most): the CUDA tests of
 # the engine's fused decode path, its split-K decode attention and the trainer's update, the
-# LoRA update at the 3B shape, and the decode step: the CUDA default beside the fused
-# residual adds (fuse +residual), SDPA and async scheduling off at batch 16/64/256 with the
-# kernel profile, (part "lora") both fuse settings serving an unmerged LoRA, and (part
-# "attention") the split-K
-# kernel's launch configurations swept against SDPA and the KV-read floor
+# LoRA update at the 3B shape, and the decode step: the CUDA default beside the one-kernel
+# KV write (fuse +kv), it with the fused residual adds (+residual), async scheduling on and
+# SDPA at batch 64/256 with the kernel profile, (part "lora") serving an unmerged LoRA, and
+# (part "attention") the split-K kernel's launch configurations swept against SDPA and the
+# KV-read floor
 # (bench/bench_decode_attention.py). Each part has its own time limit, so a slow one leaves
 # the others' results. The RL step itself is bench/device/rl_step.sh.
 #
@@ -63,13 +63,14 @@ if [[ " $PARTS " == *" trainer "* ]]; then
 fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
-  # The CUDA defaults (norm+rotary+proj+mlp, split-K attention with its one-kernel KV write)
-  # with async scheduling on (opt-in), beside the fused residual adds (+residual), SDPA, and
-  # async scheduling off (the default), at batch 16/64/256.
-  say "decode, batch 16/64/256: async on vs +residual vs sdpa vs async off"
-  timeout 300 python3 bench/bench_inference.py --device cuda --batches 16,64,256 \
-    --new-tokens 128 --engines ours --fuse norm+rotary+proj+mlp,norm+rotary+proj+mlp+residual \
-    --decode-attention triton,sdpa --async-scheduling on,off --kernel-profile \
+  # The CUDA defaults (norm+rotary+proj+mlp, split-K attention, async scheduling off) beside,
+  # one change each: the one-kernel KV write (+kv), it and the fused residual adds
+  # (+kv+residual), async scheduling on, and SDPA; batch 64 and 256, kernel profiles.
+  say "decode, batch 64/256: default vs +kv vs +kv+residual vs async on vs sdpa"
+  timeout 330 python3 bench/bench_inference.py --device cuda --batches 64,256 \
+    --new-tokens 128 --engines ours \
+    --fuse norm+rotary+proj+mlp,norm+rotary+proj+mlp+kv,norm+rotary+proj+mlp+kv+residual \
+    --decode-attention triton,sdpa --async-scheduling off,on --kernel-profile \
     > "$OUT/inference-decode.json" 2> "$OUT/inference-decode.log"
   say "decode: exit $?"
 fi

@@ -94,17 +94,19 @@ print(json.dumps(errors))
 
 @interpreted
 def test_engine_decodes_the_same_with_the_split_k_kernel(tiny_test_model: Path) -> None:
-    """The whole engine on the tiny Qwen2 model: greedy tokens and their log-probs as with
-    SDPA, with more prompts than slots (rows compacted and slots reused mid-flight)."""
+    """The whole engine on the tiny Qwen2 model, the split-K kernel with its one-kernel KV
+    write (``fuse=kv``): greedy tokens and their log-probs as with SDPA and index_put, with
+    more prompts than slots (rows compacted and slots reused mid-flight)."""
 
     result = _interpreted(f"""
 import json
 from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams
 
-def run(kernel):
+def run(kernel, fuse):
     engine = LLMEngine.from_pretrained({str(tiny_test_model)!r}, EngineConfig(
         device="cpu", dtype="float32", max_batch_size=4, max_model_len=256,
-        decode_attention=kernel)).start()
+        decode_attention=kernel, fuse=fuse)).start()
+    assert ("kv write (triton)" in engine.runner.fusions) == (fuse == "kv")
     try:
         prompts = [[(11 * i + 5 * j) % 1000 + 10 for j in range(4 + 7 * i)] for i in range(6)]
         futures = [engine.add_request(p, SamplingParams(max_tokens=6 + 2 * i, temperature=0.0,
@@ -114,7 +116,7 @@ def run(kernel):
     finally:
         engine.shutdown()
 
-split_k, sdpa = run("triton"), run("sdpa")
+split_k, sdpa = run("triton", "kv"), run("sdpa", "none")
 print(json.dumps({{
     "tokens": [o.token_ids for o in split_k], "want": [o.token_ids for o in sdpa],
     "logprob_error": max(abs(a - b) for x, y in zip(split_k, sdpa)

@@ -82,9 +82,11 @@ class InferenceSettings(ServiceSettings):
                                           "CUDA, none on CPU), none, or kinds joined by '+': norm "
                                           "(fused RMSNorm), rotary (compiled rotary embedding), "
                                           "proj (q/k/v and gate/up as one GEMM each), mlp "
-                                          "(compiled silu(gate)*up) and residual (residual adds "
-                                          "inside add+RMSNorm and the down GEMM), all but norm "
-                                          "in decode steps only; e.g. norm+proj.")
+                                          "(compiled silu(gate)*up), residual (residual adds "
+                                          "inside add+RMSNorm and the down GEMM) and kv (one "
+                                          "Triton kernel writes a decode step's K/V, with the "
+                                          "split-K attention), all but norm in decode steps "
+                                          "only; e.g. norm+proj.")
     enable_prefix_caching: bool = Field(
         True, description="Reuse the KV of earlier sequences for prompts that start with the "
                           "same tokens (vLLM --enable-prefix-caching): an agent's next turn and "

@@ -48,7 +48,9 @@ class EngineConfig:
     """Fused kernels, ``none`` or kinds joined by ``+``: ``norm`` (fused RMSNorm), ``rotary``
     (a ``torch.compile``d rotary embedding), ``proj`` (q/k/v and gate/up as one GEMM each,
     ``engine.merged_linears``), ``mlp`` (a compiled ``silu(gate) * up``), ``residual`` (a
-    layer's residual adds in a compiled add + RMSNorm and in the down projection's GEMM);
+    layer's residual adds in a compiled add + RMSNorm and in the down projection's GEMM),
+    ``kv`` (with the split-K decode attention, a decode step's K and V written by one Triton
+    kernel);
     ``auto``: ``norm+rotary+proj+mlp`` on CUDA, ``none`` on CPU. On an H100
     (2026-12-06, batch 64) ``norm+rotary+proj`` made a decode step 17% shorter than ``norm``
     (6.21 against 7.44 ms; the compiled rotary runs in decode steps only, where it was

@@ -8,8 +8,11 @@ with ``proj``, q/k/v and gate/up run as one GEMM each (:mod:`.merged_linears`), 
 ``mlp``, a SiLU MLP's ``silu(gate) * up`` is one compiled kernel instead of two, and with
 ``residual``, a decoder layer's two residual adds run inside other kernels: the first in a
 compiled add + RMSNorm, the second in the down projection's GEMM (cuBLAS adds its ``C``
-input, ``beta = 1``). The model runner turns all but ``norm`` on in decode steps only:
-prefills are bound by compute, not by kernel count, and the compiled rotary was slower there.
+input, ``beta = 1``). With ``kv`` and the split-K decode attention, a decode step's new keys
+and values go into the cache with one Triton kernel a layer (``decode_attention``'s
+``write_decode_kv``), not two ``index_put``s. The model runner turns all but ``norm`` on in
+decode steps only: prefills are bound by compute, not by kernel count, and the compiled rotary
+was slower there.
 Outside the engine (training, plain ``generate``) the model behaves exactly as before.
 
 The rotary function is patched in the model's module, which every model of that class in
@@ -40,8 +43,8 @@ _NORMS = {"Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm", "Qwen3RMSNorm", "Qwe
 _MLPS = {"Qwen2MLP", "LlamaMLP", "MistralMLP", "Qwen3MLP"}
 # Decoder layers computing h += attn(norm1(h)); h += mlp(norm2(h)), nothing else.
 _LAYERS = {"Qwen2DecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer", "Qwen3DecoderLayer"}
-NORM, ROTARY, PROJ, MLP, RESIDUAL = "norm", "rotary", "proj", "mlp", "residual"
-KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL)
+NORM, ROTARY, PROJ, MLP, RESIDUAL, KV = "norm", "rotary", "proj", "mlp", "residual", "kv"
+KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL, KV)
 AUTO_CUDA = (NORM, ROTARY, PROJ, MLP)  # each measured faster on a GPU (docs/benchmarks.md)
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
 

@@ -13,8 +13,8 @@ Plans tell ``update`` what the current forward pass is:
   ``0..T-1``; attention runs causally over the fresh keys only (no prefix to attend to);
 - decode: row ``i`` is slot ``i``, its one new token goes to ``positions[i]`` and attention
   reads the first ``attn_len`` positions of the slot under a length mask (or, with the
-  split-K kernel of :mod:`.decode_attention`, the whole slot up to each row's length, the
-  new K and V written by one kernel of that module);
+  split-K kernel of :mod:`.decode_attention`, the whole slot up to each row's length, and
+  with ``fuse`` kind ``kv`` the new K and V written by one kernel of that module);
 - extend: one sequence whose first ``start`` positions already hold a cached prefix: its new
   tokens go to ``start..`` and attention reads the whole slot under a causal mask;
 - extend_batch: several such sequences in one pass, right-padded: only each row's real new
@@ -151,7 +151,8 @@ class SlotKVCache:
         self._row_index = torch.arange(0, device=device)
         self.fused_decode_write = False
         """Decode steps write K and V with one Triton kernel (``write_decode_kv``), not two
-        ``index_put``s; the model runner sets it with the split-K attention."""
+        ``index_put``s; the model runner sets it for ``fuse`` kind ``kv`` with the split-K
+        attention."""
 
     # sizes -----------------------------------------------------------------------------
     @property

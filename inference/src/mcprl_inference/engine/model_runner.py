@@ -88,8 +88,11 @@ class ModelRunner:
         self.vocab_size = int(self.lm_head.weight.shape[0])
         self.max_position = int(getattr(cfg, "max_position_embeddings", 4096))
         self.cache = SlotKVCache(self.num_layers, self.num_kv_heads, self.head_dim, dtype, device)
-        # With the split-K kernel, Triton is there: a decode step's KV goes in in one launch.
-        self.cache.fused_decode_write = self.decode_kernel == "triton"
+        # With the split-K kernel, Triton is there: a decode step's KV can go in in one launch.
+        self.cache.fused_decode_write = (fusions.KV in self._fused
+                                         and self.decode_kernel == "triton")
+        if self.cache.fused_decode_write:
+            self.fusions.append("kv write (triton)")
         self.use_graphs = cuda_graphs and device.type == "cuda"
         self._graphs: dict[Hashable, _DecodeGraph] = {}
         self._pool: Any = None
