@@ -300,7 +300,7 @@ def _attention_list(text: str) -> list[str]:
 
 
 def _async_list(text: str) -> list[bool | None]:
-    values = {"auto": False, "on": True, "off": False}  # auto: the engine's default
+    values = {"auto": None, "on": True, "off": False}  # auto: on with CUDA
     items = [x.strip() for x in text.split(",") if x.strip()]
     if not items or any(x not in values for x in items):
         raise argparse.ArgumentTypeError("--async-scheduling takes auto, on or off, "
@@ -335,8 +335,8 @@ def main() -> None:
                          "'attn:<kernel>' after the first, with the first --fuse setting")
     ap.add_argument("--async-scheduling", default="auto", type=_async_list,
                     help="launch each decode step before the host reads the one before: "
-                         "auto (the engine's default, off), on, off; a comma-separated list "
-                         "runs one engine per value, rows 'async:<value>' after the first")
+                         "auto (on with CUDA), on, off; a comma-separated list runs one "
+                         "engine per value, rows 'async:<value>' after the first")
     ap.add_argument("--max-prefill-tokens", type=int, default=None)
     ap.add_argument("--fuse", default="auto", type=_fuse_list,
                     help="fused decode kernels (mcprl_inference.engine.fusions): auto, none, "

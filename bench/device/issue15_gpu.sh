@@ -41,7 +41,7 @@ if [[ " $PARTS " == *" tests "* ]]; then
     tests/inference/test_cuda_graphs.py tests/inference/test_lora_lean.py \
     tests/inference/test_grouped_attention.py tests/inference/test_decode_attention.py \
     tests/inference/test_sampling.py tests/inference/test_async_scheduling.py \
-    tests/inference/test_engine.py \
+    tests/inference/test_engine.py::test_fused_residual_adds_run_in_decode_steps_only \
     tests/trainer/test_lora_forward.py tests/trainer/test_liger.py \
     tests/trainer/test_grpo.py::test_selective_logprobs_match_log_softmax_across_chunks \
     > "$OUT/cuda-tests.log" 2>&1

@@ -1,7 +1,8 @@
 """Async scheduling (``EngineConfig.async_scheduling``): a decode step launched before the host
 read the one before must change nothing a caller sees.
 
-On the CPU nothing runs asynchronously, but the scheduling is the same code: steps run
+On the CPU nothing runs asynchronously, but the scheduling is the same code (on a GPU,
+where it is the default, the same tests run with the copies in flight): steps run
 ahead, sequences stop while the next step already holds their row (which is dropped), and
 queued requests join the batch once the step in flight is taken. Every output must equal
 the engine's without it, token for token and log-prob for log-prob, and a plain forward pass.
@@ -17,8 +18,10 @@ from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams
 
 
 def _engine(model: Path, async_scheduling: bool) -> LLMEngine:
+    # float32 on a GPU too: the log-probs are checked against a float32 forward pass
     return LLMEngine.from_pretrained(str(model), EngineConfig(
-        max_batch_size=6, max_model_len=256, async_scheduling=async_scheduling)).start()
+        max_batch_size=6, max_model_len=256, dtype="float32",
+        async_scheduling=async_scheduling)).start()
 
 
 def _run(engine: LLMEngine, stops: dict[int, int]) -> list:

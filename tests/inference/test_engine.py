@@ -234,7 +234,8 @@ def test_fused_residual_adds_run_in_decode_steps_only(tiny_test_model: Path, ref
 
     from mcprl_inference.engine import fusions
 
-    engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse=fuse)).start()
+    engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(
+        fuse=fuse, dtype="float32")).start()  # float32 on a GPU too, as the reference
     state = fusions._ADD_RMS_NORM._mcprl_state
     compiled, calls = _spy_on(state)
     layers = engine.model.model.layers

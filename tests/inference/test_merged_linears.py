@@ -166,7 +166,7 @@ def test_weights_moved_apart_run_unmerged_until_merged_again(tiny_test_model: Pa
 
 
 @pytest.mark.parametrize(("fuse", "device_type", "kinds"), [
-    ("auto", "cuda", {"norm", "rotary", "proj", "mlp"}),  # all measured faster on a GPU
+    ("auto", "cuda", {"norm", "rotary", "proj", "mlp", "kv", "residual"}),  # measured faster
     ("auto", "cpu", set()),  # proj had no steady gain on a CPU
     ("none", "cuda", set()),
     ("proj + norm", "cpu", {"norm", "proj"}),

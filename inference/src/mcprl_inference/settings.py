@@ -78,8 +78,8 @@ class InferenceSettings(ServiceSettings):
                                                       "on CUDA, sdpa elsewhere), sdpa, matmul, "
                                                       "or triton (split-K, CUDA: each row reads "
                                                       "its own length).")
-    fuse: str = Field("auto", description="Fused kernels: auto (norm+rotary+proj+mlp on "
-                                          "CUDA, none on CPU), none, or kinds joined by '+': norm "
+    fuse: str = Field("auto", description="Fused kernels: auto (all six on CUDA, none on "
+                                          "CPU), none, or kinds joined by '+': norm "
                                           "(fused RMSNorm), rotary (compiled rotary embedding), "
                                           "proj (q/k/v and gate/up as one GEMM each), mlp "
                                           "(compiled silu(gate)*up), residual (residual adds "
@@ -94,10 +94,10 @@ class InferenceSettings(ServiceSettings):
     prefix_cache_memory_gb: float | None = Field(
         None, gt=0, description="Memory of the prefix cache in GiB; unset: 1 GiB on CPU, 10% "
                                 "of the KV cache budget (at most 8 GiB) on CUDA.")
-    async_scheduling: bool = Field(
-        False, description="Launch each decode step before the host reads the step before "
-                           "(vLLM --async-scheduling), so the GPU does not wait while the host "
-                           "takes tokens and checks stops. Off until measured on a GPU.")
+    async_scheduling: bool | None = Field(
+        None, description="Launch each decode step before the host reads the step before "
+                          "(vLLM --async-scheduling), so the GPU does not wait while the host "
+                          "takes tokens and checks stops; unset: on with CUDA, off on CPU.")
     profile: bool = Field(
         False, description="Time each decode step's forward pass and sampling apart with CUDA "
                            "events (mcprl_inference_decode_forward_seconds_total, "

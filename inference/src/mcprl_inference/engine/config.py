@@ -51,15 +51,16 @@ class EngineConfig:
     layer's residual adds in a compiled add + RMSNorm and in the down projection's GEMM),
     ``kv`` (with the split-K decode attention, a decode step's K and V written by one Triton
     kernel);
-    ``auto``: ``norm+rotary+proj+mlp`` on CUDA, ``none`` on CPU. On an H100
+    ``auto``: all six on CUDA, ``none`` on CPU. On an H100
     (2026-12-06, batch 64) ``norm+rotary+proj`` made a decode step 17% shorter than ``norm``
     (6.21 against 7.44 ms; the compiled rotary runs in decode steps only, where it was
     faster) and passed the CUDA tests (graphs, LoRA, sleep and wake)."""
-    async_scheduling: bool = False
+    async_scheduling: bool | None = None
     """Launch each decode step before the host reads the previous step's tokens (vLLM's
     ``--async-scheduling``), so the GPU is not idle while the host appends tokens and checks
-    stops; a sequence that stopped costs one wasted row of the step after. Off by default
-    until measured on a GPU; on a CPU nothing runs asynchronously (the row is only waste)."""
+    stops; a sequence that stopped costs one wasted row of the step after. ``None``: on with
+    CUDA (on an H100 a batch-64 decode step took 5.28 ms against 5.52, docs/benchmarks.md),
+    off on a CPU, where nothing runs asynchronously and the row is only waste."""
     enable_prefix_caching: bool = True
     """Reuse the KV of earlier sequences for prompts that start with the same tokens (vLLM's
     ``--enable-prefix-caching``; see ``engine.prefix_cache``)."""

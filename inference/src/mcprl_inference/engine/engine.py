@@ -111,7 +111,9 @@ class LLMEngine:
         # async scheduling: the decode step launched before the host read the one before it
         self._ahead: SampleResult | None = None
         self._ahead_seqs: list[SequenceState] = []
-        self.async_scheduling = self.config.async_scheduling
+        self.async_scheduling = (self.device.type == "cuda"
+                                 if self.config.async_scheduling is None
+                                 else self.config.async_scheduling)
         self._thread: threading.Thread | None = None
         log.info("engine ready", extra={
             "device": str(self.device), "dtype": str(self.dtype),

@@ -45,7 +45,7 @@ _MLPS = {"Qwen2MLP", "LlamaMLP", "MistralMLP", "Qwen3MLP"}
 _LAYERS = {"Qwen2DecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer", "Qwen3DecoderLayer"}
 NORM, ROTARY, PROJ, MLP, RESIDUAL, KV = "norm", "rotary", "proj", "mlp", "residual", "kv"
 KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL, KV)
-AUTO_CUDA = (NORM, ROTARY, PROJ, MLP)  # each measured faster on a GPU (docs/benchmarks.md)
+AUTO_CUDA = (NORM, ROTARY, PROJ, MLP, KV, RESIDUAL)  # measured faster on a GPU (benchmarks.md)
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
 
 
@@ -65,9 +65,10 @@ def parse(fuse: str, device_type: str) -> frozenset[str]:
 
     ``auto`` on CUDA is ``AUTO_CUDA``: on an H100 (docs/benchmarks.md) ``norm+rotary+proj``
     took a decode step at batch 64 from 7.44 to 6.21 ms, 9.50 to 7.54 with an unmerged LoRA,
-    ``mlp`` then from 5.79 to 5.68 ms (7.13 to 7.00 with the LoRA), and each passed the CUDA
-    tests. On a CPU it is nothing: ``proj`` measured no steady gain there
-    (bench/bench_inference.py --fuse none,proj)."""
+    ``mlp`` then from 5.79 to 5.68 ms (7.13 to 7.00 with the LoRA), ``kv+residual`` from
+    5.52 to 5.15 ms (another H100, the split-K attention), and each passed the CUDA tests.
+    ``kv`` needs the split-K attention (the CUDA default). On a CPU it is nothing: ``proj``
+    measured no steady gain there (bench/bench_inference.py --fuse none,proj)."""
 
     if fuse == "auto":
         return frozenset(AUTO_CUDA if device_type == "cuda" else ())
