@@ -109,6 +109,10 @@ def _worker(rank: int, world: int, port: int, spec: ProbeSpec, out: str) -> None
         result = probe(spec, DistContext(rank, world, rank))
         if result is not None:
             torch.save(result, out)
+        # No rank tears its process group down while a peer's last collective is in flight:
+        # a CI run saw rank 1 abort in gloo's teardown ("terminate called without an active
+        # exception") once, on a loaded 2-core machine.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
