@@ -53,6 +53,8 @@ from mcprl_inference.engine import (  # noqa: E402
 
 # device-to-device copy, read + write bytes, measured on the anchors' H200 (the issue's floor)
 H200_COPY_BYTES_PER_S = float(anchors()["device_copy_bytes_per_s"])
+# --async-scheduling -> EngineConfig.async_scheduling (auto: on with CUDA)
+ASYNC = {"auto": None, "on": True, "off": False}
 
 
 def build_random_qwen(device: torch.device, dtype: torch.dtype, layers: int | None = None) -> Any:
@@ -176,7 +178,8 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
     def make(m: Any, **extra: Any) -> LLMEngine:
         extra.setdefault("fuse", args.fuse[0])
         extra.setdefault("decode_attention", args.decode_attention[0])
-        extra.setdefault("async_scheduling", args.async_scheduling[0])
+        extra["async_scheduling"] = ASYNC[extra.get("async_scheduling",
+                                                    args.async_scheduling[0])]
         return LLMEngine(m, None, EngineConfig(
             max_batch_size=max(args.batches),
             max_model_len=args.prompt_len + args.new_tokens + 16,
@@ -190,7 +193,7 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
             + [("decode_attention", a) for a in args.decode_attention[1:]]
             + [("async_scheduling", a) for a in args.async_scheduling[1:]])
     prefix = {"fuse": "fuse", "decode_attention": "attn", "async_scheduling": "async"}
-    copies = {f"{prefix[kind]}:{_setting(value)}": (kind, value, copy.deepcopy(model))
+    copies = {f"{prefix[kind]}:{value}": (kind, value, copy.deepcopy(model))
               for kind, value in arms}
     engine = make(model)
     fused = {name: make(m, **{kind: value}) for name, (kind, value, m) in copies.items()}
@@ -299,18 +302,12 @@ def _attention_list(text: str) -> list[str]:
     return items
 
 
-def _async_list(text: str) -> list[bool | None]:
-    values = {"auto": None, "on": True, "off": False}  # auto: on with CUDA
+def _async_list(text: str) -> list[str]:
     items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items or any(x not in values for x in items):
+    if not items or any(x not in ASYNC for x in items):
         raise argparse.ArgumentTypeError("--async-scheduling takes auto, on or off, "
                                          "comma-separated")
-    return [values[x] for x in items]
-
-
-def _setting(value: Any) -> str:
-    return {None: "auto", True: "on", False: "off"}.get(value, value) if not isinstance(
-        value, str) else value
+    return items
 
 
 def main() -> None:
@@ -386,7 +383,7 @@ def main() -> None:
         "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "sampling": "T=1.0",
         "cuda_graphs": gpu and not args.no_graphs, "fuse": args.fuse,
         "decode_attention": args.decode_attention,
-        "async_scheduling": [_setting(a) for a in args.async_scheduling], "results": results,
+        "async_scheduling": args.async_scheduling, "results": results,
     }
     print(json.dumps(report, indent=2))
 

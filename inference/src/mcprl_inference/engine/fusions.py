@@ -102,10 +102,17 @@ def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 _SILU_MUL = compiled_or_eager(_silu_mul, "silu * up")
 
 
+def _gated(mlp: Any, x: torch.Tensor) -> torch.Tensor:
+    """``silu(gate(x)) * up(x)``: one compiled kernel for the product with ``mlp`` active."""
+
+    gate, up = mlp.gate_proj(x), mlp.up_proj(x)
+    return _SILU_MUL(gate, up) if MLP in _ACTIVE.get() else F.silu(gate) * up
+
+
 def _mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     if MLP not in _ACTIVE.get():
         return type(self).forward(self, x)
-    return self.down_proj(_SILU_MUL(self.gate_proj(x), self.up_proj(x)))
+    return self.down_proj(_gated(self, x))
 
 
 def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -132,8 +139,7 @@ def _mlp_into(mlp: Any, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor
     if type(mlp).__name__ not in _MLPS or not _plain_linear(down) or getattr(
             mlp.config, "hidden_act", None) != "silu":
         return residual + mlp(x)
-    gate, up = mlp.gate_proj(x), mlp.up_proj(x)
-    act = _SILU_MUL(gate, up) if MLP in _ACTIVE.get() else F.silu(gate) * up
+    act = _gated(mlp, x)
     out = torch.addmm(residual.reshape(-1, residual.shape[-1]), act.reshape(-1, act.shape[-1]),
                       down.weight.t())
     return out.view(residual.shape)
