@@ -71,6 +71,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "k's update runs, as train.max_staleness: 1; the step's time is then "
                         "its wait for them plus reward, update and checkpoint. both: our side "
                         "twice, synchronous as 'ours', overlapped as 'ours_overlapped'")
+    p.add_argument("--engine-profile", choices=["on", "off"], default="off",
+                   help="on: the engine times each decode step's forward vs sampling on "
+                        "CUDA (INFERENCE_PROFILE), which syncs every step and so keeps async "
+                        "scheduling off; off (default): the engine as served")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads, of this process and the engine's")
     p.add_argument("--workdir", type=Path, default=None,
@@ -107,7 +111,8 @@ def setup_info(device: str, work: Any) -> dict[str, Any]:
         # engine process inherits them; none of them is a secret
         "engine_env": {k: v for k, v in sorted(os.environ.items())
                        if k in ("INFERENCE_FUSE", "INFERENCE_DECODE_ATTENTION",
-                                "INFERENCE_CUDA_GRAPHS", "INFERENCE_LORA_MODE")},
+                                "INFERENCE_CUDA_GRAPHS", "INFERENCE_LORA_MODE",
+                                "INFERENCE_ASYNC_SCHEDULING")},
     }
 
 
@@ -160,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                 result[side] = run_ours(work, model_dir, device, args.steps, args.warmup,
                                         micro, workdir / side,
                                         background_checkpoints=not args.sync_checkpoint,
-                                        max_staleness=max_staleness)
+                                        max_staleness=max_staleness,
+                                        engine_profile=args.engine_profile == "on")
                 write(result, args.out)
         if args.only in ("trl", "both"):
             if trl_available():

@@ -18,9 +18,11 @@ as in a deployment. Each step, in the trainer's order (mcprl_trainer.trainer):
    the next step's rollouts sample from it.
 
 Around the rollout phase the bench scrapes the engine's /metrics: each step's ``engine`` dict
-is where the rollout time went inside the engine (prefill, decode, with ``INFERENCE_PROFILE``
-on CUDA the decode forward vs sampling device time) and ``rollout_other_s``, the rest (HTTP,
-scheduling, requests not there yet).
+is where the rollout time went inside the engine (prefill, decode, the decode steps launched
+ahead under async scheduling, with ``--engine-profile on`` on CUDA the decode forward vs
+sampling device time) and ``rollout_other_s``, the rest (HTTP, scheduling, requests not there
+yet). The profile syncs each decode step, which keeps async scheduling off: it finds where
+time goes, and the step time to report is the one without it (the engine as served).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ ENGINE_COUNTERS = {
     "mcprl_inference_cuda_graph_captures_total": "graph_captures",
     "mcprl_inference_decode_forward_seconds_total": "decode_forward_s",
     "mcprl_inference_sample_seconds_total": "sample_s",
+    "mcprl_inference_decode_ahead_steps_total": "ahead_steps",
 }
 
 
@@ -72,9 +75,10 @@ def kv_cache_gib(work: Workload, cfg: Any, cuda: bool, max_len: int) -> float:
     return round(max(need, 8.0 if cuda else 0.25), 2)
 
 
-def start_engine(work: Workload, model_dir: Path, device: str,
-                 log_path: Path) -> tuple[Any, str]:
-    """Our engine as a real process, healthy on a free loopback port; (process, URL)."""
+def start_engine(work: Workload, model_dir: Path, device: str, log_path: Path,
+                 profile: bool = False) -> tuple[Any, str]:
+    """Our engine as a real process, healthy on a free loopback port; (process, URL).
+    ``profile``: INFERENCE_PROFILE (decode forward vs sampling device time, a sync a step)."""
 
     from transformers import AutoConfig
 
@@ -91,8 +95,7 @@ def start_engine(work: Workload, model_dir: Path, device: str,
         "INFERENCE_KV_CACHE_MEMORY_GB": str(kv_cache_gib(work, cfg, device.startswith("cuda"),
                                                          max_len)),
         "INFERENCE_LOG_LEVEL": "warning", "INFERENCE_SEED": str(work.seed),
-        # this bench is for finding where time goes: decode forward vs sampling device time
-        "INFERENCE_PROFILE": "true",
+        "INFERENCE_PROFILE": "true" if profile else "false",
         "PYTHONPATH": ":".join(sys.path),
     }
     proc = ServiceProcess("inference", [sys.executable, "-m", "mcprl_inference"], env=env,
@@ -166,7 +169,8 @@ def _engine_line(e: dict[str, float | int]) -> str:
     return (f"engine: prefill {e['prefill_s']:.2f}s/{e['prefill_batches']} batches/"
             f"{e['prefill_forwards']} forwards, "
             f"decode {e['decode_s']:.2f}s/{e['decode_steps']} steps/{e['decode_tokens']} tok "
-            f"(forward {e['decode_forward_s']:.2f}s, sample {e['sample_s']:.2f}s), "
+            f"(forward {e['decode_forward_s']:.2f}s, sample {e['sample_s']:.2f}s, "
+            f"{e['ahead_steps']} launched ahead), "
             f"other {e['rollout_other_s']:.2f}s, graph captures {e['graph_captures']}")
 
 
@@ -348,7 +352,8 @@ async def _steps(work: Workload, config: Any, device: str, total: int, warmup: i
 
 def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: int,
              micro_batch_tokens: int, workdir: Path | None = None,
-             background_checkpoints: bool = True, max_staleness: int = 0) -> dict[str, Any]:
+             background_checkpoints: bool = True, max_staleness: int = 0,
+             engine_profile: bool = False) -> dict[str, Any]:
     """Start the engine, run ``warmup + steps`` steps, stop the engine; the side's JSON."""
 
     import torch
@@ -358,7 +363,8 @@ def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: i
     out.mkdir(parents=True, exist_ok=True)
     monitor = GpuMonitor(device).start()
     started = time.perf_counter()
-    engine, url = start_engine(work, model_dir, device, out / "engine.log")
+    engine, url = start_engine(work, model_dir, device, out / "engine.log",
+                               profile=engine_profile)
     engine_start_s = time.perf_counter() - started
     try:
         config = run_config(work, model_dir, url, out, device, micro_batch_tokens,
@@ -389,7 +395,10 @@ def run_ours(work: Workload, model_dir: Path, device: str, steps: int, warmup: i
         "gpu_busy_source": monitor.source,
         "engine_median": engine_median(rows, warmup),
         "engine_profile": "INFERENCE_PROFILE on: each decode step syncs to time forward vs "
-                          "sampling (CUDA only), a little slower than serving",
+                          "sampling (CUDA only) and async scheduling is off: slower than "
+                          "serving" if engine_profile else
+                          "INFERENCE_PROFILE off: the engine as served (forward and sample "
+                          "device times are 0)",
         "wall_seconds": round(time.perf_counter() - started, 1),
     })
     return result

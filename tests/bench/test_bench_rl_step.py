@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,24 +18,26 @@ HAS_TRL = importlib.util.find_spec("trl") is not None
 OURS_PHASES = {"rollout", "reward", "update", "checkpoint", "publish"}
 TRL_PHASES = {"generate", "score", "train"}
 ENGINE_KEYS = {"prefill_s", "prefill_batches", "prefill_forwards", "decode_s", "decode_steps",
-               "decode_tokens", "graph_captures", "decode_forward_s", "sample_s", "rollout_other_s"}
+               "decode_tokens", "graph_captures", "decode_forward_s", "sample_s", "rollout_other_s",
+               "ahead_steps"}
 
 
-def _bench(tmp_path: Path, *args: str) -> dict:
+def _bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict:
     out = tmp_path / "rl_step.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "bench_rl_step.py"), "--shape", "tiny",
          "--device", "cpu", "--threads", "1", "--workdir", str(tmp_path / "work"),
          "--out", str(out), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=150)
+        cwd=ROOT, capture_output=True, text=True, timeout=150, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)  # stdout is the JSON alone
     assert result == json.loads(out.read_text())
     return result
 
 
-def _check_engine(ours: dict, work: dict) -> None:
-    """Each step's rollout phase split by the engine's counters (CPU: no graphs, no profile)."""
+def _check_engine(ours: dict, work: dict, ahead: bool = False) -> None:
+    """Each step's rollout phase split by the engine's counters (CPU: no graphs, no profile
+    times; ``ahead``: async scheduling was turned on, off by default on the CPU)."""
 
     rollouts = work["prompts"] * work["rollouts"]
     requests = rollouts * work["turns"]
@@ -50,12 +53,14 @@ def _check_engine(ours: dict, work: dict) -> None:
         assert engine["decode_steps"] <= engine["decode_tokens"]
         assert engine["prefill_s"] > 0 and engine["decode_s"] > 0
         assert engine["graph_captures"] == engine["decode_forward_s"] == engine["sample_s"] == 0
+        # async scheduling launches most decode steps before the one before is read
+        assert (engine["ahead_steps"] > engine["decode_steps"] // 2) if ahead \
+            else engine["ahead_steps"] == 0, json.dumps(engine)
         rollout = step["rollout_seconds"]  # a phase of its own unless overlapped
         assert engine["rollout_other_s"] == pytest.approx(
             rollout - engine["prefill_s"] - engine["decode_s"], abs=2e-3)
         assert engine["prefill_s"] + engine["decode_s"] <= rollout + 2e-3
     assert set(ours["engine_median"]) == ENGINE_KEYS
-    assert "INFERENCE_PROFILE" in ours["engine_profile"]
 
 
 def _check_side(side: dict, phases: set[str], steps: int, sampled: int,
@@ -96,6 +101,7 @@ def test_single_turn_ours_and_trl(tmp_path: Path) -> None:
     # step 1 samples the base; later steps the adapter published by the step before
     assert [s["sampled_with"] for s in ours["steps"]] == ["bench-base"] + ["rl-step"] * 3
     _check_engine(ours, work)
+    assert ours["engine_profile"].startswith("INFERENCE_PROFILE off")
     if not HAS_TRL:
         assert "skipped" in result["trl"] and result["speedup"] is None
         pytest.skip("trl is not installed (make setup-trl): TRL side not run")
@@ -112,7 +118,7 @@ def test_single_turn_ours_and_trl(tmp_path: Path) -> None:
 @pytest.mark.timeout(180)
 def test_multiturn_appends_tool_results(tmp_path: Path) -> None:
     result = _bench(tmp_path, "--variant", "multiturn", "--steps", "1", "--warmup", "1",
-                    *(() if HAS_TRL else ("--only", "ours")))
+                    "--engine-profile", "on", *(() if HAS_TRL else ("--only", "ours")))
     work = result["setup"]["workload"]
     assert work["turns"] == 4 and work["turn_tokens"] * 4 == work["new_tokens"]
     rollouts = work["prompts"] * work["rollouts"]
@@ -120,6 +126,7 @@ def test_multiturn_appends_tool_results(tmp_path: Path) -> None:
     for step in result["ours"]["steps"]:
         assert step["sampled_tokens"] == step["trained_tokens"] == sampled
     _check_engine(result["ours"], work)
+    assert result["ours"]["engine_profile"].startswith("INFERENCE_PROFILE on")
     if HAS_TRL:  # TRL's completions hold the tool results too (masked out of its loss)
         tools = rollouts * work["tool_tokens"] * (work["turns"] - 1)
         assert all(s["completion_tokens"] == sampled + tools for s in result["trl"]["steps"])
@@ -131,10 +138,12 @@ def test_multiturn_appends_tool_results(tmp_path: Path) -> None:
 def test_overlapped_steps_sample_one_version_behind(tmp_path: Path) -> None:
     """--max-staleness both: our side also overlapped, where step k+1's rollouts run during
     step k's update, from adapter k-1 (published before they start), and the step waits
-    only for what is left of them."""
+    only for what is left of them. The engine runs with async scheduling on (the CUDA
+    default), so both loops meet decode steps launched ahead, adapter loads among them."""
 
     result = _bench(tmp_path, "--only", "ours", "--max-staleness", "both", "--steps", "3",
-                    "--warmup", "1")
+                    "--warmup", "1", env={"INFERENCE_ASYNC_SCHEDULING": "true"})
+    assert result["setup"]["engine_env"] == {"INFERENCE_ASYNC_SCHEDULING": "true"}
     work = result["setup"]["workload"]
     sampled = work["prompts"] * work["rollouts"] * work["new_tokens"]
     sync = result["ours"]  # the synchronous side beside it: each step samples the last adapter
@@ -158,4 +167,5 @@ def test_overlapped_steps_sample_one_version_behind(tmp_path: Path) -> None:
     assert all(s["publish_overlapped_s"] > 0 for s in steps[2:])
     # the collection overlapped the update: the step waited for less than it took
     assert all(s["phases"]["rollout_wait"] < s["rollout_seconds"] for s in steps[1:])
-    _check_engine(ours, work)
+    _check_engine(sync, work, ahead=True)
+    _check_engine(ours, work, ahead=True)
