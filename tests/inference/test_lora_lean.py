@@ -86,15 +86,23 @@ def adapters(tiny_test_model: Path, tmp_path_factory) -> dict[str, Path]:
 def test_lean_path_equals_peft(tiny_test_model: Path, adapters, name: str, fuse: str) -> None:
     """Rank 4 under max_lora_rank 16 (padded buffers), and rsLoRA's alpha / sqrt(r); each
     linear on its own, q/k/v and gate/up merged (one stacked A, one block-diagonal B), and
-    with the residual fusion, which leaves a down projection with a LoRA branch its own
-    forward."""
+    with the residual fusion, where a decode step's adapted down projection adds the
+    residual in its base GEMM and its branch after it (the module itself is not called)."""
 
     eng = engine(tiny_test_model, max_lora_rank=16, fuse=fuse)
+    layers = eng.model.model.layers
+    down_calls: list[int] = []
+    hooks = [layer.mlp.down_proj.register_forward_hook(lambda *_: down_calls.append(1))
+             for layer in layers]
     try:
         eng.load_lora("policy", str(adapters[name])).result(60)
         out = greedy(eng, "policy")
         assert_lean(eng)
+        # 1 prefill + 9 decode steps: with the fusion the module runs in the prefill only
+        assert len(down_calls) == len(layers) * (1 if "residual" in fuse else 10)
     finally:
+        for hook in hooks:
+            hook.remove()
         eng.shutdown()
     ref = peft_logprobs(tiny_test_model, adapters[name], PROMPT, out.token_ids)
     assert out.logprobs == pytest.approx(ref, abs=1e-5)

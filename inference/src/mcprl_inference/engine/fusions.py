@@ -8,9 +8,10 @@ with ``proj``, q/k/v and gate/up run as one GEMM each (:mod:`.merged_linears`), 
 ``mlp``, a SiLU MLP's ``silu(gate) * up`` is one compiled kernel instead of two, and with
 ``residual``, a decoder layer's two residual adds run inside other kernels: the first in a
 compiled add + RMSNorm, the second in the down projection's GEMM (cuBLAS adds its ``C``
-input, ``beta = 1``). With ``kv`` and the split-K decode attention, a decode step's new keys
-and values go into the cache with one Triton kernel a layer (``decode_attention``'s
-``write_decode_kv``), not two ``index_put``s. The model runner turns all but ``norm`` on in
+input, ``beta = 1``; a lean LoRA branch's delta is added in place after it). With ``kv`` and
+the split-K decode attention, a decode step's new keys and values go into the cache with
+one Triton kernel a layer (``decode_attention``'s ``write_decode_kv``), not two
+``index_put``s. The model runner turns all but ``norm`` on in
 decode steps only: prefills are bound by compute, not by kernel count, and the compiled rotary
 was slower there. Outside the engine (training, plain ``generate``) the model behaves exactly
 as before.
@@ -34,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from mcprl_inference.engine.compiled import compiled_or_eager
+from mcprl_inference.engine.lora_layers import LoraLinear
 
 log = logging.getLogger(__name__)
 
@@ -132,17 +134,33 @@ def _plain_linear(module: Any) -> bool:
         module)
 
 
-def _mlp_into(mlp: Any, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """``residual + mlp(x)``, the add in the down projection's GEMM where it is plain."""
-
-    down = mlp.down_proj
-    if type(mlp).__name__ not in _MLPS or not _plain_linear(down) or getattr(
-            mlp.config, "hidden_act", None) != "silu":
-        return residual + mlp(x)
-    act = _gated(mlp, x)
-    out = torch.addmm(residual.reshape(-1, residual.shape[-1]), act.reshape(-1, act.shape[-1]),
-                      down.weight.t())
+def _addmm_into(linear: torch.nn.Linear, x: torch.Tensor, residual: torch.Tensor
+                ) -> torch.Tensor:
+    out = torch.addmm(residual.reshape(-1, residual.shape[-1]), x.reshape(-1, x.shape[-1]),
+                      linear.weight.t())
     return out.view(residual.shape)
+
+
+def _into(module: Any) -> Any:
+    """``f(x, residual) = residual + module(x)`` with the add in the GEMM, for a plain linear
+    or one with a lean LoRA branch (:class:`LoraLinear`, the served adapters); else None."""
+
+    if _plain_linear(module):
+        return lambda x, residual: _addmm_into(module, x, residual)
+    lora = getattr(vars(module).get("forward"), "__self__", None)
+    if isinstance(lora, LoraLinear) and lora.linear is module and module.bias is None:
+        return lora.forward_into
+    return None
+
+
+def _mlp_into(mlp: Any, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """``residual + mlp(x)``, the add in the down projection's GEMM where it can be."""
+
+    into = _into(mlp.down_proj) if type(mlp).__name__ in _MLPS and getattr(
+        mlp.config, "hidden_act", None) == "silu" else None
+    if into is None:
+        return residual + mlp(x)
+    return into(_gated(mlp, x), residual)
 
 
 def _layer_forward(self: Any, hidden_states: torch.Tensor, *args: Any,

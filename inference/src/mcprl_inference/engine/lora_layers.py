@@ -57,6 +57,18 @@ class LoraLinear:
                                            self.bt[:rank])
         return y
 
+    def forward_into(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """``residual + forward(x)`` with the add in the base GEMM (cuBLAS's ``C`` input) and
+        the branch added in place after it: the ``residual`` fusion's down projection. A
+        bias is not there to add (the caller checks)."""
+
+        x2 = x.reshape(-1, x.shape[-1])
+        y = torch.addmm(residual.reshape(-1, residual.shape[-1]), x2, self.linear.weight.t())
+        rank = self.switch.rank
+        if rank:
+            y.addmm_(x2 @ self.a[:rank].t(), self.bt[:rank])
+        return y.view(residual.shape)
+
     def to(self, device: torch.device | str) -> None:
         """Move the buffers (sleep mode; the graphs that held them are dropped by then)."""
 
