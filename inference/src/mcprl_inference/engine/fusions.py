@@ -11,10 +11,9 @@ compiled add + RMSNorm, the second in the down projection's GEMM (cuBLAS adds it
 input, ``beta = 1``; a lean LoRA branch's delta is added in place after it). With ``kv`` and
 the split-K decode attention, a decode step's new keys and values go into the cache with
 one Triton kernel a layer (``decode_attention``'s ``write_decode_kv``), not two
-``index_put``s. The model runner turns all but ``norm`` on in
-decode steps only: prefills are bound by compute, not by kernel count, and the compiled rotary
-was slower there. Outside the engine (training, plain ``generate``) the model behaves exactly
-as before.
+``index_put``s. The model runner turns all but ``norm`` on in decode steps only: prefills are
+bound by compute, not by kernel count, and the compiled rotary was slower there. Outside the
+engine (training, plain ``generate``) the model behaves exactly as before.
 
 The rotary function is patched in the model's module, which every model of that class in
 the process shares; so what is active is per thread (a context variable, each engine steps
