@@ -133,23 +133,25 @@ def _plain_linear(module: Any) -> bool:
         module)
 
 
-def _addmm_into(linear: torch.nn.Linear, x: torch.Tensor, residual: torch.Tensor
-                ) -> torch.Tensor:
-    out = torch.addmm(residual.reshape(-1, residual.shape[-1]), x.reshape(-1, x.shape[-1]),
-                      linear.weight.t())
-    return out.view(residual.shape)
-
-
 def _into(module: Any) -> Any:
     """``f(x, residual) = residual + module(x)`` with the add in the GEMM, for a plain linear
-    or one with a lean LoRA branch (:class:`LoraLinear`, the served adapters); else None."""
+    or one with a lean LoRA branch (:class:`LoraLinear`, the served adapters: its delta is
+    added in place after the GEMM); else None."""
 
-    if _plain_linear(module):
-        return lambda x, residual: _addmm_into(module, x, residual)
-    lora = getattr(vars(module).get("forward"), "__self__", None)
-    if isinstance(lora, LoraLinear) and lora.linear is module and module.bias is None:
-        return lora.forward_into
-    return None
+    lora = None
+    if not _plain_linear(module):
+        lora = getattr(vars(module).get("forward"), "__self__", None)
+        if not isinstance(lora, LoraLinear) or lora.linear is not module or module.bias is not None:
+            return None
+
+    def into(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        out = torch.addmm(residual.reshape(-1, residual.shape[-1]), x.reshape(-1, x.shape[-1]),
+                          module.weight.t()).view(residual.shape)
+        if lora is not None:
+            lora.add_to(out, x)
+        return out
+
+    return into
 
 
 def _mlp_into(mlp: Any, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

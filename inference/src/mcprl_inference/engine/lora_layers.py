@@ -51,23 +51,17 @@ class LoraLinear:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x, self.linear.weight, self.linear.bias)
+        self.add_to(y, x)
+        return y
+
+    def add_to(self, y: torch.Tensor, x: torch.Tensor) -> None:
+        """``y`` (the base layer's output for ``x``) += the active LoRA delta, in place; the
+        residual fusion calls it after its own base GEMM."""
+
         rank = self.switch.rank
         if rank:
             y.view(-1, y.shape[-1]).addmm_(x.reshape(-1, x.shape[-1]) @ self.a[:rank].t(),
                                            self.bt[:rank])
-        return y
-
-    def forward_into(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """``residual + forward(x)`` with the add in the base GEMM (cuBLAS's ``C`` input) and
-        the branch added in place after it: the ``residual`` fusion's down projection. A
-        bias is not there to add (the caller checks)."""
-
-        x2 = x.reshape(-1, x.shape[-1])
-        y = torch.addmm(residual.reshape(-1, residual.shape[-1]), x2, self.linear.weight.t())
-        rank = self.switch.rank
-        if rank:
-            y.addmm_(x2 @ self.a[:rank].t(), self.bt[:rank])
-        return y.view(residual.shape)
 
     def to(self, device: torch.device | str) -> None:
         """Move the buffers (sleep mode; the graphs that held them are dropped by then)."""
