@@ -42,6 +42,9 @@ if [[ " $PARTS " == *" tests "* ]]; then
     tests/inference/test_grouped_attention.py tests/inference/test_decode_attention.py \
     tests/inference/test_sampling.py tests/inference/test_async_scheduling.py \
     tests/inference/test_engine.py::test_fused_residual_adds_run_in_decode_steps_only \
+    tests/inference/test_engine.py::test_the_compiled_silu_product_runs_in_decode_steps_only \
+    tests/inference/test_engine.py::test_an_engine_without_rotary_keeps_the_eager_one_beside_one_with_it \
+    tests/inference/test_engine.py::test_fused_decode_paths_match_forward \
     tests/trainer/test_lora_forward.py tests/trainer/test_liger.py \
     tests/trainer/test_grpo.py::test_selective_logprobs_match_log_softmax_across_chunks \
     > "$OUT/cuda-tests.log" 2>&1

@@ -17,9 +17,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def _engine(model_path: Path, graphs: bool, dtype: str = "float32",
-            fuse: str = "auto", decode_attention: str = "auto") -> LLMEngine:
+            fuse: str = "auto", decode_attention: str = "auto",
+            capture_all: bool = True) -> LLMEngine:
     cfg = EngineConfig(device="cuda", dtype=dtype, max_batch_size=16, max_model_len=512,
-                       cuda_graphs=graphs, fuse=fuse, decode_attention=decode_attention)
+                       cuda_graphs=graphs, fuse=fuse, decode_attention=decode_attention,
+                       capture_all_batch_sizes=capture_all)
     return LLMEngine.from_pretrained(str(model_path), cfg).start()
 
 
@@ -79,6 +81,39 @@ def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, a
     finally:
         eager.shutdown()
     assert [o.token_ids for o in greedy_graph] == [o.token_ids for o in greedy_eager]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("capture_all", [True, False])
+def test_batch_buckets_are_captured_at_the_first_decode(tiny_test_model: Path,
+                                                        capture_all: bool) -> None:
+    """With the split-K attention every bucket the slots hold is captured at the first
+    decode, so a batch that shrinks as sequences finish, or a later smaller one, captures
+    nothing more; lazily, only the buckets the steps met. Outputs are the same both ways."""
+
+    from mcprl_inference.engine.model_runner import ROW_BUCKETS
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    engine = _engine(tiny_test_model, graphs=True, decode_attention="triton",
+                     capture_all=capture_all)
+    try:
+        outs = _run(engine, _prompts(9), seed=4)  # 9 rows, then 6 and 3 as lengths end
+        runner = engine.runner
+        buckets = {key[0] for key in runner._graphs}
+        all_buckets = {b for b in ROW_BUCKETS if b <= runner.cache.rows}
+        captures = runner.graph_captures
+        again = _run(engine, _prompts(2), seed=4)  # fewer rows, no growth of the cache
+        if capture_all:
+            assert buckets == all_buckets and len(all_buckets) > 3
+            assert runner.graph_captures == captures
+        else:
+            assert buckets < all_buckets
+            assert runner.graph_captures > captures  # 2 rows: a bucket not met before
+        for p, o in zip(_prompts(9) + _prompts(2), outs + again, strict=True):
+            assert o.logprobs == pytest.approx(_reference(engine.model, p, o.token_ids),
+                                               abs=1e-3)
+    finally:
+        engine.shutdown()
 
 
 @pytest.mark.timeout(300)

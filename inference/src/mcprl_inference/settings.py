@@ -40,6 +40,10 @@ class InferenceSettings(ServiceSettings):
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1,
                                           description="Share of GPU memory the engine may use.")
     cuda_graphs: bool = Field(True, description="Capture decode steps in CUDA graphs (CUDA only).")
+    capture_all_batch_sizes: bool = Field(
+        True, description="With the split-K decode attention, capture the graphs of every "
+                          "batch bucket the KV cache holds at the first decode (vLLM captures "
+                          "at startup); false: each bucket when a step first needs it.")
     enable_lora: bool = Field(True, description="Serve /v1/load_lora_adapter and "
                                                 "/v1/unload_lora_adapter (vLLM --enable-lora).")
     max_loras: int = Field(8, ge=1, description="LoRA adapters in memory at once at most; "
@@ -122,6 +126,7 @@ class InferenceSettings(ServiceSettings):
             max_model_len=self.max_model_len, max_prefill_tokens=self.max_prefill_tokens,
             kv_cache_memory_gb=self.kv_cache_memory_gb,
             gpu_memory_utilization=self.gpu_memory_utilization, cuda_graphs=self.cuda_graphs,
+            capture_all_batch_sizes=self.capture_all_batch_sizes,
             max_loras=self.max_loras, max_lora_rank=self.max_lora_rank, lora_mode=self.lora_mode,
             max_logprobs=self.max_logprobs, seed=self.seed,
             decode_attention=self.decode_attention, fuse=self.fuse,

@@ -29,6 +29,11 @@ class EngineConfig:
     """Share of the GPU's memory the engine may use in all (weights + KV + graphs), as vLLM's."""
     cuda_graphs: bool = True
     """Capture the decode step in CUDA graphs (CUDA only; CPU always runs eagerly)."""
+    capture_all_batch_sizes: bool = True
+    """With the split-K decode attention, capture the graphs of every batch bucket the KV
+    cache's slots hold the first time a LoRA graph key decodes, as vLLM captures its batch
+    sizes at startup; off, each bucket is captured when a step first needs it, and a rollout
+    whose running batch reaches a new size pays the capture and its shapes' compiles then."""
     max_loras: int = 8
     """LoRA adapters loaded at once at most."""
     max_lora_rank: int = 64

@@ -75,6 +75,7 @@ class LLMEngine:
         self.model, self.tokenizer = model, tokenizer
         self.runner = ModelRunner(model, self.device, self.dtype,
                                   cuda_graphs=self.config.cuda_graphs,
+                                  capture_all_batch_sizes=self.config.capture_all_batch_sizes,
                                   decode_attention=self.config.decode_attention,
                                   fuse=self.config.fuse)
         self.lora = LoraManager(model, max_loras=self.config.max_loras,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import functools
 import logging
+import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -47,7 +48,7 @@ class ModelRunner:
 
     def __init__(self, model: Any, device: torch.device, dtype: torch.dtype, *,
                  cuda_graphs: bool = True, decode_attention: str = "auto",
-                 fuse: str = "auto") -> None:
+                 fuse: str = "auto", capture_all_batch_sizes: bool = True) -> None:
         register_attention()
         # What active() turns on for this model (a kind install() found nothing for is a no-op).
         self._fused = fusions.parse(fuse, device.type)
@@ -94,6 +95,10 @@ class ModelRunner:
         if self.cache.fused_decode_write:
             self.fusions.append("kv write (triton)")
         self.use_graphs = cuda_graphs and device.type == "cuda"
+        # With the split-K kernel a graph's key is (rows bucket, LoRA key) only: capturing
+        # every bucket at once costs ~a dozen captures, where per attention length it would
+        # cost a dozen per 256 tokens of growth.
+        self.capture_all = capture_all_batch_sizes and self.decode_kernel == "triton"
         self._graphs: dict[Hashable, _DecodeGraph] = {}
         self._pool: Any = None
         self._arange = torch.arange(0, device=device)
@@ -286,16 +291,42 @@ class ModelRunner:
         key = (bucket, attn_len, lora_key)
         graph = self._graphs.get(key)
         if graph is None:
-            if self._pool is None:
-                self._pool = torch.cuda.graph_pool_handle()
-            graph = _DecodeGraph(self, bucket, attn_len)
-            graph.load(tokens, positions)
-            graph.capture()
-            self._graphs[key] = graph
-            self.graph_captures += 1
+            self._capture(tokens, positions, attn_len, lora_key, bucket)
+            graph = self._graphs[key]
         else:
             graph.load(tokens, positions)
         return graph.replay()[:rows]
+
+    def _capture(self, tokens: torch.Tensor, positions: torch.Tensor, attn_len: int,
+                 lora_key: Hashable, bucket: int) -> None:
+        """Capture the graph of ``bucket`` rows or, with ``capture_all``, of every bucket the
+        cache's slots hold, largest first (smaller ones reuse its pool memory), as vLLM
+        captures its batch sizes at startup: a bucket first met mid-rollout otherwise costs
+        its capture and the compiles of its shapes (Triton, inductor) there.
+
+        Each graph warms up on this step's own inputs: a smaller bucket writes its rows' KV
+        as the step will, a larger one pads into free slots at position 0 (``load``)."""
+
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        sizes = [bucket]
+        if self.capture_all:
+            sizes = sorted({b for b in ROW_BUCKETS if b <= self.cache.rows} | {bucket},
+                           reverse=True)
+        t0, before = time.perf_counter(), self.graph_captures
+        for size in sizes:
+            key = (size, attn_len, lora_key)
+            if key in self._graphs:
+                continue
+            graph = _DecodeGraph(self, size, attn_len)
+            graph.load(tokens[:size], positions[:size])
+            graph.capture()
+            self._graphs[key] = graph
+            self.graph_captures += 1
+        if len(sizes) > 1:
+            log.info("decode graphs captured", extra={
+                "graphs": self.graph_captures - before, "rows": sizes,
+                "seconds": round(time.perf_counter() - t0, 3)})
 
     # sleep mode ------------------------------------------------------------------------
     def offload(self) -> None:
