@@ -116,7 +116,8 @@ def test_fused_decode_paths_match_forward(tiny_test_model: Path, ref_logprobs, f
     on the CPU here), against plain transformers; the model's module keeps its eager rotary
     outside the engine's passes (the reference below runs through it)."""
 
-    eng = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse=fuse)).start()
+    eng = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(
+        fuse=fuse, dtype="float32")).start()  # float32 on a GPU too, as the reference
     try:
         assert eng.runner.fusions and eng.runner.fusions[0].startswith("rms_norm")
         assert ("rotary (torch.compile)" in eng.runner.fusions) == ("rotary" in fuse)
@@ -184,8 +185,11 @@ def test_an_engine_without_rotary_keeps_the_eager_one_beside_one_with_it(
 
     import sys
 
-    fused = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse="norm+rotary"))
-    plain = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse="none")).start()
+    # float32 on a GPU too, as the reference
+    fused = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(
+        fuse="norm+rotary", dtype="float32"))
+    plain = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(
+        fuse="none", dtype="float32")).start()
     fused.start()
     patched = sys.modules[type(fused.model.model.layers[0].self_attn).__module__]
     state = patched.apply_rotary_pos_emb._mcprl_state
@@ -215,7 +219,8 @@ def test_the_compiled_silu_product_runs_in_decode_steps_only(tiny_test_model: Pa
 
     from mcprl_inference.engine import fusions
 
-    engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(fuse="mlp")).start()
+    engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(
+        fuse="mlp", dtype="float32")).start()  # float32 on a GPU too, as the reference
     state = fusions._SILU_MUL._mcprl_state
     compiled, calls = _spy_on(state)
     try:
