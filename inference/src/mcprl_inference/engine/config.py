@@ -34,8 +34,8 @@ class EngineConfig:
     cache's slots hold the first time a LoRA graph key decodes, as vLLM captures its batch
     sizes at startup; off, each bucket is captured when a step first needs it, and a rollout
     whose running batch reaches a new size pays the capture and its shapes' compiles then.
-    On an H100 (2026-12-07) the synchronous RL step's timed steps went from 5.32-10.20 s to
-    5.29-5.46 s (docs/benchmarks.md)."""
+    On H100s (2026-12-07) the synchronous RL step's steps 3-6 took 5.29-5.46 s, against
+    5.32-6.21 s lazily (docs/benchmarks.md)."""
     max_loras: int = 8
     """LoRA adapters loaded at once at most."""
     max_lora_rank: int = 64
