@@ -15,7 +15,8 @@ and prints next to each row the decode floor: one step must read the weights and
 once, at this device's copy bandwidth measured in the same run (bench/device_floor.py; the
 anchors' H200 gave 4.24 TB/s, and each row also gives its share of that H200 floor). Each
 engine gets one warm-up run of the same shape first (CUDA-graph capture, cuBLAS autotuning);
-the timed run is the second.
+the timed run is the second. The engines take turns: the others sleep meanwhile (weights in
+host memory, KV cache freed), so an 80 GB card runs what an H200 does.
 
 Needs only torch + transformers (+ this repo's ``inference/src`` on the path, added here), so it
 runs on a GPU box without the service's web stack.
@@ -24,6 +25,7 @@ runs on a GPU box without the service's web stack.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
@@ -31,6 +33,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +177,19 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                 ) -> dict[str, Any]:
     vocab = model.get_output_embeddings().weight.shape[0]
     bandwidth = copy_bandwidth(device) if device.type == "cuda" else 0.0
+    # The engines take turns: one at a time holds its KV cache and graphs (on a GPU its
+    # weights too), the others sleep. Five 3B engines at batch 256 passed an H100's 80 GB.
+    def park(eng: LLMEngine) -> LLMEngine:
+        eng.sleep().result()
+        return eng
+
+    @contextlib.contextmanager
+    def awake(eng: LLMEngine) -> Iterator[None]:
+        eng.wake_up().result()
+        try:
+            yield
+        finally:
+            park(eng)
 
     def make(m: Any, **extra: Any) -> LLMEngine:
         extra.setdefault("fuse", args.fuse[0])
@@ -195,32 +211,39 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
     prefix = {"fuse": "fuse", "decode_attention": "attn", "async_scheduling": "async"}
     copies = {f"{prefix[kind]}:{value}": (kind, value, copy.deepcopy(model))
               for kind, value in arms}
-    engine = make(model)
-    fused = {name: make(m, **{kind: value}) for name, (kind, value, m) in copies.items()}
-    loras = lora_engines(model, args, make)
+    engine = park(make(model))
+    fused = {name: park(make(m, **{kind: value})) for name, (kind, value, m) in copies.items()}
+    loras = {mode: park(e) for mode, e in lora_engines(model, args, make).items()}
+    profile = args.kernel_profile and device.type == "cuda"
     rows = []
     try:
         for batch in args.batches:
             prompts = prompts_for(batch, args.prompt_len, vocab, seed=batch)
             row: dict[str, Any] = {"batch": batch}
-            if "ours" in args.engines:
-                model.set_attn_implementation("mcprl_slots")
-                cold = run_engine(engine, prompts, args.new_tokens)
-                row["ours"] = run_engine(engine, prompts, args.new_tokens)
-                row["ours"]["first_run_tokens_per_s"] = cold["tokens_per_s"]
-            for label, fused_engine in fused.items():
-                run_engine(fused_engine, prompts, args.new_tokens)  # warm-up, compiles
-                row[label] = run_engine(fused_engine, prompts, args.new_tokens)
-                row[label]["fusions"] = fused_engine.runner.fusions
-                row[label]["decode_attention"] = fused_engine.runner.decode_kernel
-                row[label]["async_scheduling"] = fused_engine.async_scheduling
-            for mode, lora_engine in loras.items():
-                run_engine(lora_engine, prompts, args.new_tokens, "policy")  # warm-up
-                row[f"lora-{mode}"] = run_engine(lora_engine, prompts, args.new_tokens, "policy")
+            profiles: dict[str, Any] = {}
+
+            turns = ([("ours", engine, None)] if "ours" in args.engines else [])
+            turns += [(label, e, None) for label, e in fused.items()]
+            turns += [(f"lora-{mode}", e, "policy") for mode, e in loras.items()]
+            for label, eng, adapter in turns:
+                if eng is engine:
+                    model.set_attn_implementation("mcprl_slots")
+                with awake(eng):
+                    first = run_engine(eng, prompts, args.new_tokens, adapter)  # compiles
+                    row[label] = run_engine(eng, prompts, args.new_tokens, adapter)
+                    if profile:
+                        profiles[label] = decode_profile(eng, batch, args.prompt_len
+                                                         + args.new_tokens // 2)
+                row[label]["first_run_tokens_per_s"] = first["tokens_per_s"]
+                if label in fused:
+                    row[label]["fusions"] = eng.runner.fusions
+                    row[label]["decode_attention"] = eng.runner.decode_kernel
+                    row[label]["async_scheduling"] = eng.async_scheduling
             if "generate" in args.engines:
-                run_generate(model, [p[:16] for p in prompts], 4, device)  # warm-up
-                row["generate"] = run_generate(model, prompts, args.new_tokens, device)
-                model.set_attn_implementation("mcprl_slots")
+                with awake(engine):  # the first engine's model, on the GPU with it
+                    run_generate(model, [p[:16] for p in prompts], 4, device)  # warm-up
+                    row["generate"] = run_generate(model, prompts, args.new_tokens, device)
+                    model.set_attn_implementation("mcprl_slots")
             if "ours" in row and "generate" in row:
                 row["speedup_vs_generate"] = round(
                     row["ours"]["tokens_per_s"] / row["generate"]["tokens_per_s"], 2)
@@ -237,12 +260,8 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
                             floor["h200_ms_per_decode_step"] / step, 3)
                 if "ours" in row:
                     row["ours_share_of_floor_step"] = row["ours"]["share_of_floor_step"]
-            if args.kernel_profile and device.type == "cuda":
-                engines = {"ours": engine, **fused,
-                           **{f"lora-{m}": e for m, e in loras.items()}}
-                row["kernel_profile"] = {key: decode_profile(e, batch, args.prompt_len
-                                                             + args.new_tokens // 2)
-                                         for key, e in engines.items()}
+            if profiles:
+                row["kernel_profile"] = profiles
             rows.append(row)
             print(json.dumps({"model": name, **row}), file=sys.stderr, flush=True)
     finally:

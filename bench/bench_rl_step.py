@@ -11,10 +11,13 @@ rewards, the trainer's GRPO update, checkpoint, and the adapter published to the
 (the next step samples from it). TRL's (bench/rl_step_trl.py): ``trl.GRPOTrainer`` with
 transformers' generate. Each side runs ``--warmup`` steps, then ``--steps`` timed ones;
 ``seconds_per_step`` is the median of the timed steps; ``speedup`` is TRL's over ours.
+Two warm-up steps by default: our step 1 samples from the base model and step 2 from the
+first published adapter, whose LoRA key the engine meets (and captures CUDA graphs for) then;
+TRL's step 2 already runs at its steady pace (docs/benchmarks.md, "two warm-up steps").
 ``--max-staleness both`` also runs our side overlapped (``ours_overlapped``,
 ``speedup_overlapped``): each step's update beside the next step's rollouts.
 
-    python bench/bench_rl_step.py --device cuda --steps 5 --warmup 1     # the H200 run
+    python bench/bench_rl_step.py --device cuda --steps 5 --warmup 2     # the H200 run
     python bench/bench_rl_step.py --shape tiny --device cpu --steps 2 --warmup 1   # CPU smoke
 
 On a GPU box the lead runs ``bench/device/rl_step.sh single|multi``.
@@ -47,7 +50,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--variant", choices=["single", "multiturn"], default="single")
     p.add_argument("--only", choices=["ours", "trl", "both"], default="both")
     p.add_argument("--steps", type=int, default=5, help="timed steps per side (after warm-up)")
-    p.add_argument("--warmup", type=int, default=1, help="steps per side before the timed ones")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="steps per side before the timed ones (2: our first adapter's)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--prompts", type=int, default=None, help="prompts per step")
     p.add_argument("--rollouts", type=int, default=None, help="rollouts per prompt")

@@ -55,7 +55,7 @@ left=$(( ${BUDGET_S:-540} - SECONDS ))
 rc=0
 # SIGTERM at the limit: the bench stops its engine process (in its own session) and exits.
 timeout -k 20 "$left" python3 bench/bench_rl_step.py --shape 3b --device cuda --steps 5 \
-  --warmup 1 "${VARIANT_ARGS[@]}" --workdir /tmp/rl-step --out "$OUT/rl_step.json" \
+  --warmup 2 "${VARIANT_ARGS[@]}" --workdir /tmp/rl-step --out "$OUT/rl_step.json" \
   ${EXTRA_ARGS:-} > /dev/null 2> "$OUT/rl_step.log" || rc=$?
 tail -n 40 "$OUT/rl_step.log"
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader || true

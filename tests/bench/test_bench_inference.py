@@ -33,6 +33,7 @@ def test_fuse_settings_run_side_by_side() -> None:
     for key in ("ours", "fuse:norm+rotary", "fuse:proj", "attn:matmul", "async:on",
                 "lora-unmerged", "lora-unmerged:fuse:proj"):  # a LoRA engine per fuse setting too
         assert row[key]["generated_tokens"] == 8 and row[key]["tokens_per_s"] > 0
+        assert row[key]["first_run_tokens_per_s"] > 0  # each woke, ran twice, slept again
     assert row["fuse:norm+rotary"]["fusions"] == ["rms_norm x7", "rotary (torch.compile)"]
     assert row["fuse:proj"]["fusions"] == ["merged projections x6"]
     # the attention arm keeps the first fuse setting and runs its own kernel
