@@ -16,7 +16,7 @@ once, at this device's copy bandwidth measured in the same run (bench/device_flo
 anchors' H200 gave 4.24 TB/s, and each row also gives its share of that H200 floor). Each
 engine gets one warm-up run of the same shape first (CUDA-graph capture, cuBLAS autotuning);
 the timed run is the second. The engines take turns: the others sleep meanwhile (weights in
-host memory, KV cache freed), so an 80 GB card runs what an H200 does.
+host memory, KV cache freed), so the GPU holds one engine's memory at a time.
 
 Needs only torch + transformers (+ this repo's ``inference/src`` on the path, added here), so it
 runs on a GPU box without the service's web stack.
@@ -155,10 +155,13 @@ def random_adapter(model: Any, rank: int, out: Path) -> Path:
     return out
 
 
-def lora_engines(model: Any, args: argparse.Namespace, make: Any) -> dict[str, LLMEngine]:
+def lora_engines(model: Any, args: argparse.Namespace, make: Any, park: Any
+                 ) -> dict[str, LLMEngine]:
     """One engine per requested LoRA mode and ``--fuse`` setting, each on its own copy of
     the model, serving a random adapter as ``policy`` (peft wraps the model it is given in
-    place). Keys: the mode under the first setting, ``mode:fuse:setting`` under the others."""
+    place), parked once it holds it. Keys: the mode under the first setting,
+    ``mode:fuse:setting`` under the others. Call it while ``model`` is on its device: an
+    engine runs where its model's weights are."""
 
     modes = [e.removeprefix("lora-") for e in args.engines if e.startswith("lora-")]
     if not modes:
@@ -170,6 +173,7 @@ def lora_engines(model: Any, args: argparse.Namespace, make: Any) -> dict[str, L
             key = mode if i == 0 else f"{mode}:fuse:{setting}"
             engines[key] = make(copy.deepcopy(model), lora_mode=mode, fuse=setting)
             engines[key].load_lora("policy", str(path)).result()
+            park(engines[key])
     return engines
 
 
@@ -178,7 +182,8 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
     vocab = model.get_output_embeddings().weight.shape[0]
     bandwidth = copy_bandwidth(device) if device.type == "cuda" else 0.0
     # The engines take turns: one at a time holds its KV cache and graphs (on a GPU its
-    # weights too), the others sleep. Five 3B engines at batch 256 passed an H100's 80 GB.
+    # weights too), the others sleep. Five 3B engines awake at batch 256 did not fit in an
+    # H100's 80 GB.
     def park(eng: LLMEngine) -> LLMEngine:
         eng.sleep().result()
         return eng
@@ -192,6 +197,8 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
             park(eng)
 
     def make(m: Any, **extra: Any) -> LLMEngine:
+        if next(m.parameters()).device.type != device.type:  # an engine runs where m is
+            raise RuntimeError(f"an engine's model copy is not on {device}")
         extra.setdefault("fuse", args.fuse[0])
         extra.setdefault("decode_attention", args.decode_attention[0])
         extra["async_scheduling"] = ASYNC[extra.get("async_scheduling",
@@ -211,9 +218,9 @@ def bench_model(name: str, model: Any, device: torch.device, args: argparse.Name
     prefix = {"fuse": "fuse", "decode_attention": "attn", "async_scheduling": "async"}
     copies = {f"{prefix[kind]}:{value}": (kind, value, copy.deepcopy(model))
               for kind, value in arms}
+    loras = lora_engines(model, args, make, park)  # copies of ``model`` while it is on the GPU
     engine = park(make(model))
     fused = {name: park(make(m, **{kind: value})) for name, (kind, value, m) in copies.items()}
-    loras = {mode: park(e) for mode, e in lora_engines(model, args, make).items()}
     profile = args.kernel_profile and device.type == "cuda"
     rows = []
     try:
