@@ -51,15 +51,16 @@ def _reference(model, prompt: list[int], completion: list[int]) -> list[float]:
 @pytest.mark.parametrize(("fuse", "attention"), [
     ("norm", "sdpa"), ("norm+rotary", "sdpa"), ("norm+proj", "sdpa"),
     ("norm+rotary+proj+mlp", "sdpa"), ("norm+rotary+proj+mlp", "triton"),
-    ("norm+rotary+proj+mlp+kv+residual", "triton")])
+    ("norm+rotary+proj+mlp+kv+residual", "triton"),
+    ("norm+rotary+proj+mlp+kv+residual+rope", "triton")])
 @pytest.mark.parametrize("model_fixture", ["tiny_test_model", "smollm2_model"])
 def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, attention: str,
                                                 request) -> None:
     """Qwen2 (tiny-test) and Llama (SmolLM2): the two architectures the project serves; with
     the CUDA default's fused RMSNorm, with the compiled rotary embedding captured in the
     graphs too, with the merged q/k/v and gate/up GEMMs, with all of them and the compiled
-    SiLU product, with those and the split-K decode attention, and with its one-kernel KV
-    write and the residual adds fused as well."""
+    SiLU product, with those and the split-K decode attention, with its one-kernel KV
+    write and the residual adds fused as well, and with the rotary done by those kernels."""
 
     tiny_test_model: Path = request.getfixturevalue(model_fixture)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -67,6 +68,8 @@ def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, a
     graphs = _engine(tiny_test_model, graphs=True, fuse=fuse, decode_attention=attention)
     try:
         assert ("rotary (torch.compile)" in graphs.runner.fusions) == ("rotary" in fuse)
+        assert ("rotary in the kv write + attention (triton)" in graphs.runner.fusions) == (
+            "rope" in fuse)
         outs = _run(graphs, prompts, seed=3)
         assert graphs.runner.graph_captures > 0
         for p, o in zip(prompts, outs, strict=True):

@@ -95,8 +95,9 @@ print(json.dumps(errors))
 @interpreted
 def test_engine_decodes_the_same_with_the_split_k_kernel(tiny_test_model: Path) -> None:
     """The whole engine on the tiny Qwen2 model, the split-K kernel with its one-kernel KV
-    write (``fuse=kv``): greedy tokens and their log-probs as with SDPA and index_put, with
-    more prompts than slots (rows compacted and slots reused mid-flight)."""
+    write (``fuse=kv``), and with the rotary left to those two kernels (``kv+rope``): greedy
+    tokens and their log-probs as with SDPA, index_put and HF's rotary, with more prompts
+    than slots (rows compacted and slots reused mid-flight)."""
 
     result = _interpreted(f"""
 import json
@@ -106,7 +107,9 @@ def run(kernel, fuse):
     engine = LLMEngine.from_pretrained({str(tiny_test_model)!r}, EngineConfig(
         device="cpu", dtype="float32", max_batch_size=4, max_model_len=256,
         decode_attention=kernel, fuse=fuse)).start()
-    assert ("kv write (triton)" in engine.runner.fusions) == (fuse == "kv")
+    assert ("kv write (triton)" in engine.runner.fusions) == ("kv" in fuse)
+    assert ("rotary in the kv write + attention (triton)" in engine.runner.fusions) == (
+        "rope" in fuse)
     try:
         prompts = [[(11 * i + 5 * j) % 1000 + 10 for j in range(4 + 7 * i)] for i in range(6)]
         futures = [engine.add_request(p, SamplingParams(max_tokens=6 + 2 * i, temperature=0.0,
@@ -116,15 +119,21 @@ def run(kernel, fuse):
     finally:
         engine.shutdown()
 
-split_k, sdpa = run("triton", "kv"), run("sdpa", "none")
-print(json.dumps({{
-    "tokens": [o.token_ids for o in split_k], "want": [o.token_ids for o in sdpa],
-    "logprob_error": max(abs(a - b) for x, y in zip(split_k, sdpa)
-                         for a, b in zip(x.logprobs, y.logprobs, strict=True))}}))
+sdpa = run("sdpa", "none")
+out = {{}}
+for fuse in ("kv", "kv+rope"):
+    split_k = run("triton", fuse)
+    out[fuse] = {{
+        "tokens": [o.token_ids for o in split_k], "want": [o.token_ids for o in sdpa],
+        "logprob_error": max(abs(a - b) for x, y in zip(split_k, sdpa)
+                             for a, b in zip(x.logprobs, y.logprobs, strict=True))}}
+print(json.dumps(out))
 """)
-    assert [len(t) for t in result["tokens"]] == [6 + 2 * i for i in range(6)]
-    assert result["tokens"] == result["want"]
-    assert result["logprob_error"] < 1e-4
+    assert set(result) == {"kv", "kv+rope"}
+    for fuse, got in result.items():
+        assert [len(t) for t in got["tokens"]] == [6 + 2 * i for i in range(6)], fuse
+        assert got["tokens"] == got["want"], fuse
+        assert got["logprob_error"] < 1e-4, (fuse, got["logprob_error"])
 
 
 _KV_WRITE = """
@@ -164,6 +173,93 @@ print(json.dumps({**{f"f32 {k}": e for k, e in kv_write_errors("cpu", torch.floa
 """)
     assert len(result) == 6
     assert all(error == 0.0 for error in result.values()), result
+
+
+_ROPE = """
+import torch
+from mcprl_inference.engine.decode_attention import decode_attention, write_decode_kv
+
+def rotate(x, cos, sin):  # HF's apply_rotary_pos_emb on one tensor, in float32
+    half = x.shape[-1] // 2
+    x, cos, sin = x.float(), cos.float(), sin.float()
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+def rope_errors(device, dtype):
+    \"\"\"The rotary inside the KV write and the attention against HF's rotary before them,
+    on strided q/k/v views of one projection's output and the model's tables of rows at
+    different positions (``[B, 1, D]``, as ``apply_rotary_pos_emb`` gets them).\"\"\"
+    gen = torch.Generator().manual_seed(0)
+    errors = {}
+    for rows, kv_heads, groups, dim in [(3, 2, 8, 16), (2, 3, 3, 64), (5, 2, 8, 128)]:
+        window = 90
+        positions = torch.randint(0, window, (rows,), generator=gen)
+        inv_freq = 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim)
+        freqs = positions[:, None].float() * inv_freq
+        emb = torch.cat((freqs, freqs), -1)[:, None, :]
+        cos, sin = emb.cos().to(device, dtype), emb.sin().to(device, dtype)
+        heads = kv_heads * groups
+        qkv = torch.randn(rows, 1, (heads + 2 * kv_heads) * dim, generator=gen).to(device, dtype)
+        q = qkv[..., :heads * dim].view(rows, 1, heads, dim).transpose(1, 2)
+        k, v = (qkv[..., (heads + i * kv_heads) * dim:(heads + (i + 1) * kv_heads) * dim]
+                .view(rows, 1, kv_heads, dim).transpose(1, 2) for i in (0, 1))
+        cache = torch.randn(2, rows + 1, kv_heads, window, dim, generator=gen).to(device, dtype)
+        fused, want = cache.clone(), cache.clone()
+        positions = positions.to(device)
+        write_decode_kv(fused, positions, k, v, rope=(cos, sin))
+        write_decode_kv(want, positions, rotate(k, cos[:, None], sin[:, None]).to(dtype), v)
+        lengths = (positions + 1).to(torch.int32)
+        got = decode_attention(q.reshape(rows, kv_heads, groups, dim), fused[0, :rows],
+                               fused[1, :rows], lengths, dim**-0.5, rope=(cos, sin))
+        q_rot = rotate(q, cos[:, None], sin[:, None]).to(dtype)
+        ref = decode_attention(q_rot.reshape(rows, kv_heads, groups, dim), want[0, :rows],
+                               want[1, :rows], lengths, dim**-0.5)
+        case = f"{rows}x{kv_heads}x{groups}x{dim}"
+        errors[f"kv {case}"] = (fused.float() - want.float()).abs().max().item()
+        errors[f"attention {case}"] = (got.float() - ref.float()).abs().max().item()
+    return errors
+"""
+
+
+@interpreted
+def test_the_rotary_inside_the_kv_write_and_attention_matches_hf() -> None:
+    """``fuse`` kind ``rope``: the key rotated on its way into the cache and the query inside
+    the attention give what HF's rotary before them gives (float32, the interpreter)."""
+
+    result = _interpreted(_ROPE + """
+import json
+print(json.dumps(rope_errors("cpu", torch.float32)))
+""")
+    assert len(result) == 6
+    assert all(error < 1e-5 for error in result.values()), result
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_rotary_inside_the_kernels_matches_hf() -> None:
+    namespace: dict = {}
+    exec(_ROPE, namespace)
+    errors = namespace["rope_errors"]("cuda", torch.bfloat16)
+    assert len(errors) == 6
+    assert all(error < 3e-2 for error in errors.values()), errors  # bfloat16 roundings
+
+
+def test_rope_is_left_off_without_the_kernels_that_take_it_over(
+        tiny_test_model: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``rope`` without ``kv`` and the split-K attention would leave the rotary undone: the
+    runner turns it off, says so, and the model decodes with HF's rotary."""
+
+    from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams
+
+    engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(
+        device="cpu", dtype="float32", max_batch_size=2, max_model_len=64,
+        fuse="norm+rope")).start()
+    try:
+        assert not any("rotary" in f for f in engine.runner.fusions), engine.runner.fusions
+        assert "fuse kind 'rope' left off" in caplog.text
+        out = engine.add_request([5, 6, 7], SamplingParams(max_tokens=4, temperature=0.0,
+                                                           ignore_eos=True)).result(60)
+        assert len(out.outputs[0].token_ids) == 4
+    finally:
+        engine.shutdown()
 
 
 def test_splits_fill_the_gpu_within_whole_blocks() -> None:

@@ -57,8 +57,9 @@ class EngineConfig:
     ``engine.merged_linears``), ``mlp`` (a compiled ``silu(gate) * up``), ``residual`` (a
     layer's residual adds in a compiled add + RMSNorm and in the down projection's GEMM),
     ``kv`` (with the split-K decode attention, a decode step's K and V written by one Triton
-    kernel);
-    ``auto``: all six on CUDA, ``none`` on CPU. On an H100
+    kernel), ``rope`` (with ``kv``: the rotary done inside that write and the split-K
+    attention, no kernel of its own; opt-in, CPU-tested, not yet timed on a GPU);
+    ``auto``: the six before ``rope`` on CUDA, ``none`` on CPU. On an H100
     (2026-12-06, batch 64) ``norm+rotary+proj`` made a decode step 17% shorter than ``norm``
     (6.21 against 7.44 ms; the compiled rotary runs in decode steps only, where it was
     faster) and passed the CUDA tests (graphs, LoRA, sleep and wake)."""

@@ -94,16 +94,32 @@ def _sms(device_index: int) -> int:
 if triton is not None:
 
     @triton.jit
+    def _rotate(lo, hi, cos_ptr, sin_ptr, HALF: tl.constexpr):
+        """HF's rotary on a vector's halves (``x * cos + rotate_half(x) * sin``, cos and sin
+        the two halves of one row of the model's tables), in float32."""
+
+        i = tl.arange(0, HALF)
+        c_lo = tl.load(cos_ptr + i).to(tl.float32)
+        c_hi = tl.load(cos_ptr + HALF + i).to(tl.float32)
+        s_lo = tl.load(sin_ptr + i).to(tl.float32)
+        s_hi = tl.load(sin_ptr + HALF + i).to(tl.float32)
+        lo, hi = lo.to(tl.float32), hi.to(tl.float32)
+        return lo * c_lo - hi * s_lo, hi * c_hi + lo * s_hi
+
+    @triton.jit
     def _attention_chunk_kernel(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, lse_ptr,
+                                cos_ptr, sin_ptr, sc_b, ss_b,
                                 sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
                                 so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s,
                                 scale, chunk, window,
                                 GROUPS: tl.constexpr, G_PAD: tl.constexpr,
                                 DIM: tl.constexpr, D_PAD: tl.constexpr,
-                                BLOCK: tl.constexpr, IEEE: tl.constexpr):
+                                BLOCK: tl.constexpr, IEEE: tl.constexpr,
+                                ROPE: tl.constexpr):
         """Attention of one (sequence, KV head) over one chunk of its keys: the normalised
         partial output and its log-sum-exp (-inf for a chunk past the sequence's end).
-        ``IEEE``: float32 inputs multiply in float32, not TF32 (as torch's default)."""
+        ``IEEE``: float32 inputs multiply in float32, not TF32 (as torch's default).
+        ``ROPE``: the query comes unrotated and is rotated here (``DIM == D_PAD``)."""
 
         # 64-bit offsets: a row's start in a large cache passes 2**31 elements
         b, h, s = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
@@ -114,8 +130,17 @@ if triton is not None:
         d = tl.arange(0, D_PAD)
         n = tl.arange(0, BLOCK)
         g_ok, d_ok = g < GROUPS, d < DIM
-        q = tl.load(q_ptr + b * sq_b + h * sq_h + g[:, None] * sq_g + d[None, :],
-                    mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+        q_base = q_ptr + b * sq_b + h * sq_h + g[:, None] * sq_g
+        if ROPE:
+            i = tl.arange(0, DIM // 2)
+            lo = tl.load(q_base + i[None, :], mask=g_ok[:, None], other=0.0)
+            hi = tl.load(q_base + DIM // 2 + i[None, :], mask=g_ok[:, None], other=0.0)
+            lo, hi = _rotate(lo, hi, cos_ptr + b * sc_b, sin_ptr + b * ss_b, DIM // 2)
+            # [G, D/2] x 2 -> [G, D], the halves side by side; rounded as HF's rotary output
+            q = tl.reshape(tl.permute(tl.join(lo, hi), (0, 2, 1)), (G_PAD, D_PAD))
+            q = q.to(q_ptr.dtype.element_ty)
+        else:
+            q = tl.load(q_base + d[None, :], mask=g_ok[:, None] & d_ok[None, :], other=0.0)
         m = tl.full((G_PAD,), float("-inf"), tl.float32)
         total = tl.zeros((G_PAD,), tl.float32)
         acc = tl.zeros((G_PAD, D_PAD), tl.float32)
@@ -173,51 +198,88 @@ if triton is not None:
 
 
     @triton.jit
-    def _kv_write_kernel(k_ptr, v_ptr, pos_ptr, cache_ptr, sk_b, sk_h, sv_b, sv_h,
-                         sc_kv, sc_b, sc_h, sc_n, DIM: tl.constexpr, D_PAD: tl.constexpr):
-        """Row ``b``'s new key and value of KV head ``h`` into slot ``b`` at its position."""
+    def _kv_write_kernel(k_ptr, v_ptr, pos_ptr, cache_ptr, cos_ptr, sin_ptr, scos_b, ssin_b,
+                         sk_b, sk_h, sv_b, sv_h, sc_kv, sc_b, sc_h, sc_n,
+                         DIM: tl.constexpr, D_PAD: tl.constexpr, ROPE: tl.constexpr):
+        """Row ``b``'s new key and value of KV head ``h`` into slot ``b`` at its position;
+        with ``ROPE`` the key comes unrotated and is rotated on its way in."""
 
         b, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
         pos = tl.load(pos_ptr + b).to(tl.int64)
         d = tl.arange(0, D_PAD)
         ok = d < DIM
-        k = tl.load(k_ptr + b * sk_b + h * sk_h + d, mask=ok)
+        base = cache_ptr + b * sc_b + h * sc_h + pos * sc_n
+        k_row = k_ptr + b * sk_b + h * sk_h
+        if ROPE:
+            i = tl.arange(0, DIM // 2)
+            lo, hi = _rotate(tl.load(k_row + i), tl.load(k_row + DIM // 2 + i),
+                             cos_ptr + b * scos_b, sin_ptr + b * ssin_b, DIM // 2)
+            tl.store(base + i, lo.to(cache_ptr.dtype.element_ty))
+            tl.store(base + DIM // 2 + i, hi.to(cache_ptr.dtype.element_ty))
+        else:
+            k = tl.load(k_row + d, mask=ok)
+            tl.store(base + d, k.to(cache_ptr.dtype.element_ty), mask=ok)
         v = tl.load(v_ptr + b * sv_b + h * sv_h + d, mask=ok)
-        base = cache_ptr + b * sc_b + h * sc_h + pos * sc_n + d
-        tl.store(base, k.to(cache_ptr.dtype.element_ty), mask=ok)
-        tl.store(base + sc_kv, v.to(cache_ptr.dtype.element_ty), mask=ok)
+        tl.store(base + sc_kv + d, v.to(cache_ptr.dtype.element_ty), mask=ok)
+
+
+def _rope_tables(rope: tuple[torch.Tensor, torch.Tensor] | None, rows: int, dim: int,
+                 like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """``rope``'s (cos, sin), each ``[rows or 1, 1, dim]`` as the model's rotary embedding
+    hands them to ``apply_rotary_pos_emb`` (one decode token a row), and their row strides
+    (0: one table for every row); placeholders without ``rope``."""
+
+    if rope is None:
+        return like, like, 0, 0
+    if dim % 2 or dim < 16 or dim & (dim - 1):
+        raise ValueError(f"the fused rotary needs a head size that is a power of 2 of at "
+                         f"least 16, got {dim}")
+    tables = []
+    for table in rope:
+        if table.shape[-1] != dim or table.stride(-1) != 1 or table.shape[0] not in (1, rows):
+            raise ValueError(f"a rotary table of shape {tuple(table.shape)} does not fit "
+                             f"{rows} rows of head size {dim}")
+        table = table.reshape(table.shape[0], dim)  # [B, 1, D] -> [B, D]: a view
+        tables.append((table, table.stride(0) if table.shape[0] == rows > 1 else 0))
+    (cos, cos_b), (sin, sin_b) = tables
+    return cos, sin, cos_b, sin_b
 
 
 def write_decode_kv(layer_kv: torch.Tensor, positions: torch.Tensor, key: torch.Tensor,
-                    value: torch.Tensor) -> None:
+                    value: torch.Tensor,
+                    rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """A decode step's new keys and values into one layer's slot cache, in one launch.
 
     ``layer_kv [2, slots, Hkv, L, D]``; ``key``/``value [B, Hkv, 1, D]`` (any strides but a
     contiguous last axis); row ``b`` goes to slot ``b`` at ``positions[b]``. Two
     ``index_put`` kernels did this before, about 4 us each a layer on an H100
-    (docs/benchmarks.md)."""
+    (docs/benchmarks.md). ``rope``: the model's (cos, sin) for these rows, for a key that
+    is still unrotated (``fuse`` kind ``rope``)."""
 
     if triton is None:
         raise RuntimeError("write_decode_kv needs the triton package")
     rows, kv_heads, _, dim = key.shape
     if key.stride(-1) != 1 or value.stride(-1) != 1 or layer_kv.stride(-1) != 1:
         raise ValueError("write_decode_kv needs a contiguous last (head_dim) axis")
+    cos, sin, cos_b, sin_b = _rope_tables(rope, rows, dim, key)
     _kv_write_kernel[(rows, kv_heads)](
-        key, value, positions, layer_kv, key.stride(0), key.stride(1), value.stride(0),
-        value.stride(1), *layer_kv.stride()[:4], DIM=dim,
-        D_PAD=max(16, triton.next_power_of_2(dim)), num_warps=1)
+        key, value, positions, layer_kv, cos, sin, cos_b, sin_b, key.stride(0), key.stride(1),
+        value.stride(0), value.stride(1), *layer_kv.stride()[:4], DIM=dim,
+        D_PAD=max(16, triton.next_power_of_2(dim)), ROPE=rope is not None, num_warps=1)
 
 
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      lengths: torch.Tensor, scale: float, *, splits: int | None = None,
-                     config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+                     config: KernelConfig = DEFAULT_CONFIG,
+                     rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Attention of ``query [B, Hkv, G, D]`` (one token, the G query heads of each KV head)
     over the first ``lengths[b]`` positions of ``key``/``value [B, Hkv, L, D]`` (at most
     ``L``: a length past the window reads the whole window, never memory beyond it).
 
     Returns ``[B, 1, Hkv * G, D]`` (the layout the model's output projection reads, so no
     transpose copy follows). ``splits`` defaults to :func:`num_splits` for this device and
-    ``config``.
+    ``config``. ``rope``: the model's (cos, sin) for these rows, for a query that is still
+    unrotated (each program rotates the few query heads it loads, ``fuse`` kind ``rope``).
     """
 
     if triton is None:
@@ -238,14 +300,15 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     out = torch.empty(rows, 1, kv_heads * groups, dim, dtype=query.dtype, device=query.device)
     g_pad = max(16, triton.next_power_of_2(groups))
     d_pad = max(16, triton.next_power_of_2(dim))
+    cos, sin, cos_b, sin_b = _rope_tables(rope, rows, dim, query)
     _attention_chunk_kernel[(rows, kv_heads, splits)](
-        query, key, value, lengths, partial, lse,
+        query, key, value, lengths, partial, lse, cos, sin, cos_b, sin_b,
         *query.stride()[:3], *key.stride()[:3], *value.stride()[:3],
         *partial.stride()[:4], *lse.stride()[:3],
         scale, chunk, window,
         GROUPS=groups, G_PAD=g_pad, DIM=dim, D_PAD=d_pad, BLOCK=block,
-        IEEE=query.dtype == torch.float32, num_warps=config.num_warps,
-        num_stages=config.num_stages)
+        IEEE=query.dtype == torch.float32, ROPE=rope is not None,
+        num_warps=config.num_warps, num_stages=config.num_stages)
     _attention_merge_kernel[(rows, kv_heads, groups)](
         partial, lse, out, *partial.stride()[:4], *lse.stride()[:3], out.stride(0),
         out.stride(2), SPLITS=splits, S_PAD=max(2, triton.next_power_of_2(splits)),

@@ -11,9 +11,14 @@ compiled add + RMSNorm, the second in the down projection's GEMM (cuBLAS adds it
 input, ``beta = 1``; a lean LoRA branch's delta is added in place after it). With ``kv`` and
 the split-K decode attention, a decode step's new keys and values go into the cache with
 one Triton kernel a layer (``decode_attention``'s ``write_decode_kv``), not two
-``index_put``s. The model runner turns all but ``norm`` on in decode steps only: prefills are
-bound by compute, not by kernel count, and the compiled rotary was slower there. Outside the
-engine (training, plain ``generate``) the model behaves exactly as before.
+``index_put``s. With ``rope`` as well (opt-in, not yet timed on a GPU), the rotary embedding
+runs in no kernel of its own in decode steps: ``apply_rotary_pos_emb`` hands back the query
+and key unrotated and keeps the model's (cos, sin), the KV write rotates the key on its way
+into the cache and the split-K attention the query heads each program loads (the compiled
+rotary was one kernel a layer, ~6 us each at batch 64 on an H100). The model runner turns
+all but ``norm`` on in decode steps only: prefills are bound by compute, not by kernel
+count, and the compiled rotary was slower there. Outside the engine (training, plain
+``generate``) the model behaves exactly as before.
 
 The rotary function is patched in the model's module, which every model of that class in
 the process shares; so what is active is per thread (a context variable, each engine steps
@@ -44,10 +49,15 @@ _NORMS = {"Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm", "Qwen3RMSNorm", "Qwe
 _MLPS = {"Qwen2MLP", "LlamaMLP", "MistralMLP", "Qwen3MLP"}
 # Decoder layers computing h += attn(norm1(h)); h += mlp(norm2(h)), nothing else.
 _LAYERS = {"Qwen2DecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer", "Qwen3DecoderLayer"}
-NORM, ROTARY, PROJ, MLP, RESIDUAL, KV = "norm", "rotary", "proj", "mlp", "residual", "kv"
-KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL, KV)
+NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE = (
+    "norm", "rotary", "proj", "mlp", "residual", "kv", "rope")
+KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE)
 AUTO_CUDA = (NORM, ROTARY, PROJ, MLP, KV, RESIDUAL)  # measured faster on a GPU (benchmarks.md)
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
+# With ``rope`` active: the (cos, sin) of the layer whose query and key were left unrotated,
+# None where they were rotated as usual.
+_PENDING_ROPE: ContextVar[tuple[torch.Tensor, torch.Tensor] | None] = ContextVar(
+    "mcprl_pending_rope", default=None)
 
 
 @contextlib.contextmanager
@@ -87,6 +97,21 @@ def is_active(kind: str) -> bool:
     """Whether the fusion ``kind`` runs now, in this thread."""
 
     return kind in _ACTIVE.get()
+
+
+def pending_rope() -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(cos, sin) when this layer's query and key are still unrotated (``rope`` active):
+    the KV write and the decode attention rotate them. None otherwise."""
+
+    return _PENDING_ROPE.get() if ROPE in _ACTIVE.get() else None
+
+
+def _defer_rope(q: torch.Tensor, cos: torch.Tensor, rest: tuple, kwargs: dict) -> bool:
+    """Whether this call's rotary can be left to the KV write and attention kernels: one
+    token a row (a decode step), HF's call with tables of the whole head size."""
+
+    return (ROPE in _ACTIVE.get() and not rest and not kwargs and q.dim() == 4
+            and q.shape[2] == 1 and cos.dim() == 3 and cos.shape[-1] == q.shape[-1])
 
 
 def _norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -178,8 +203,9 @@ def _layer_forward(self: Any, hidden_states: torch.Tensor, *args: Any,
 
 
 def install(model: Any, *, norm: bool = True, rotary: bool = False,
-            mlp: bool = False, residual: bool = False) -> list[str]:
-    """Patch ``model`` in place; returns what was fused."""
+            mlp: bool = False, residual: bool = False, rope: bool = False) -> list[str]:
+    """Patch ``model`` in place; returns what was fused. ``rope`` is for the model runner
+    to ask only with the KV write and split-K attention that take the rotary over."""
 
     done: list[str] = []
     if norm and hasattr(F, "rms_norm"):
@@ -190,23 +216,32 @@ def install(model: Any, *, norm: bool = True, rotary: bool = False,
                 count += 1
         if count:
             done.append(f"rms_norm x{count}")
-    if rotary:
+    if rotary or rope:
         attn = next((m for m in model.modules() if type(m).__name__.endswith("Attention")), None)
         mod = sys.modules.get(type(attn).__module__) if attn is not None else None
         original = getattr(mod, "apply_rotary_pos_emb", None)
         if original is not None and not getattr(original, "_mcprl_patched", False):
             compiled = compiled_or_eager(original, "rotary")
 
-            def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
-                if ROTARY not in _ACTIVE.get():
-                    return original(*args, **kwargs)
-                return compiled(*args, **kwargs)
+            def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                                     sin: torch.Tensor, *rest: Any, **kwargs: Any) -> Any:
+                active = _ACTIVE.get()
+                if ROPE in active:
+                    if _defer_rope(q, cos, rest, kwargs):
+                        _PENDING_ROPE.set((cos, sin))
+                        return q, k
+                    _PENDING_ROPE.set(None)
+                if ROTARY not in active:
+                    return original(q, k, cos, sin, *rest, **kwargs)
+                return compiled(q, k, cos, sin, *rest, **kwargs)
 
             apply_rotary_pos_emb._mcprl_patched = True  # type: ignore[attr-defined]
             apply_rotary_pos_emb._mcprl_state = compiled._mcprl_state  # type: ignore[attr-defined]
             mod.apply_rotary_pos_emb = apply_rotary_pos_emb
-        if original is not None:  # patched here or by an earlier engine: this one uses it
+        if original is not None and rotary:  # patched here or by an earlier engine
             done.append("rotary (torch.compile)")
+        if original is not None and rope:
+            done.append("rotary in the kv write + attention (triton)")
     if mlp:
         count = 0
         for module in model.modules():

@@ -14,7 +14,8 @@ Plans tell ``update`` what the current forward pass is:
 - decode: row ``i`` is slot ``i``, its one new token goes to ``positions[i]`` and attention
   reads the first ``attn_len`` positions of the slot under a length mask (or, with the
   split-K kernel of :mod:`.decode_attention`, the whole slot up to each row's length, and
-  with ``fuse`` kind ``kv`` the new K and V written by one kernel of that module);
+  with ``fuse`` kind ``kv`` the new K and V written by one kernel of that module; with
+  ``rope`` too, that kernel rotates the key and the attention the query);
 - extend: one sequence whose first ``start`` positions already hold a cached prefix: its new
   tokens go to ``start..`` and attention reads the whole slot under a causal mask;
 - extend_batch: several such sequences in one pass, right-padded: only each row's real new
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from mcprl_inference.engine.decode_attention import decode_attention, write_decode_kv
+from mcprl_inference.engine.fusions import pending_rope
 
 ATTN_IMPLEMENTATION = "mcprl_slots"
 _DECODE_KERNEL = {"name": "sdpa"}
@@ -68,11 +70,18 @@ def slot_attention(
     b, h, t, d = query.shape
     hkv = key.shape[1]
     groups = h // hkv
+    lengths = (t == 1 and attention_mask is not None and not attention_mask.is_floating_point()
+               and attention_mask.dtype != torch.bool)  # the split-K kernel's decode step
+    rope = pending_rope()  # the query is still unrotated (fuse kind "rope")
+    if rope is not None and not lengths:
+        raise RuntimeError("an unrotated query reached an attention kernel other than the "
+                           "split-K decode one (fuse kind 'rope')")
     if t == 1 and attention_mask is not None:
         q = query.reshape(b, hkv, groups, d)
-        if not attention_mask.is_floating_point() and attention_mask.dtype != torch.bool:
+        if lengths:
             scale = scaling if scaling is not None else d**-0.5
-            return decode_attention(q, key, value, attention_mask.view(-1), scale), None
+            return decode_attention(q, key, value, attention_mask.view(-1), scale,
+                                    rope=rope), None
         if _DECODE_KERNEL["name"] == "matmul":
             scale = scaling if scaling is not None else d**-0.5
             scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale
@@ -265,7 +274,11 @@ class SlotKVCache:
         if self._mode == "decode":
             rows = key_states.shape[0]
             if self.fused_decode_write:
-                write_decode_kv(self.kv[layer_idx], self._positions, key_states, value_states)
+                write_decode_kv(self.kv[layer_idx], self._positions, key_states, value_states,
+                                rope=pending_rope())
+            elif pending_rope() is not None:
+                raise RuntimeError("an unrotated key reached the cache without the fused KV "
+                                   "write (fuse kind 'rope' needs 'kv')")
             else:
                 index = self._row_index[:rows]
                 k_layer[index, :, self._positions] = key_states[:, :, 0]

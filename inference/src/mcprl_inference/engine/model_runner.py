@@ -60,32 +60,39 @@ class ModelRunner:
         # (docs/benchmarks.md); the compiled product and residual fusions are unmeasured in
         # prefills.
         self._prefill_fused = self._fused & {fusions.NORM}
+        # "triton": decode steps run the split-K kernel, which reads each row's length, so
+        # their window is the whole slot and a graph is not keyed by a length bucket; a
+        # one-token extend still takes SDPA.
+        self.decode_kernel = resolve_decode_kernel(decode_attention, device)
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else (
+            model.config)
+        heads = cfg.num_attention_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        if fusions.ROPE in self._fused and not self._rope_fits():
+            log.warning("fuse kind 'rope' left off: it needs 'kv', the split-K decode "
+                        "attention and a head size that is a power of 2 of at least 16",
+                        extra={"decode_attention": self.decode_kernel,
+                               "head_dim": self.head_dim})
+            self._fused -= {fusions.ROPE}
         self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
                                        rotary=fusions.ROTARY in self._fused,
                                        mlp=fusions.MLP in self._fused,
-                                       residual=fusions.RESIDUAL in self._fused)
+                                       residual=fusions.RESIDUAL in self._fused,
+                                       rope=fusions.ROPE in self._fused)
         self.merged: list[merged_linears.MergedLinears] = []
         if fusions.PROJ in self._fused:
             self.merged = merged_linears.merge(
                 model, functools.partial(fusions.is_active, fusions.PROJ))
             if self.merged:
                 self.fusions.append(f"merged projections x{len(self.merged)}")
-        # "triton": decode steps run the split-K kernel, which reads each row's length, so
-        # their window is the whole slot and a graph is not keyed by a length bucket; a
-        # one-token extend still takes SDPA.
-        self.decode_kernel = resolve_decode_kernel(decode_attention, device)
         set_decode_kernel("sdpa" if self.decode_kernel == "triton" else self.decode_kernel)
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
         self.model = model
         self.device, self.dtype = device, dtype
         self.decoder = model.get_decoder()
         self.lm_head = model.get_output_embeddings()
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else (
-            model.config)
         self.num_layers = cfg.num_hidden_layers
-        heads = cfg.num_attention_heads
         self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         self.vocab_size = int(self.lm_head.weight.shape[0])
         self.max_position = int(getattr(cfg, "max_position_embeddings", 4096))
         self.cache = SlotKVCache(self.num_layers, self.num_kv_heads, self.head_dim, dtype, device)
@@ -152,6 +159,13 @@ class ModelRunner:
             log.info("kv cache resized", extra={
                 "rows": self.cache.rows, "capacity": self.cache.capacity,
                 "gib": round(self.cache.allocated_bytes / 2**30, 3)})
+
+    def _rope_fits(self) -> bool:
+        """Whether the KV write and split-K attention can take the rotary over (``rope``)."""
+
+        dim = self.head_dim
+        return (fusions.KV in self._fused and self.decode_kernel == "triton"
+                and dim >= 16 and dim & (dim - 1) == 0)
 
     def drop_graphs(self) -> None:
         """Forget captured graphs; their memory pool dies with them, so take a new one later."""
