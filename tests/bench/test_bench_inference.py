@@ -49,7 +49,7 @@ def test_an_unknown_fuse_setting_is_refused() -> None:
         [sys.executable, str(ROOT / "bench" / "bench_inference.py"), "--fuse", "norm,fast"],
         cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "fuse must be auto, none or kinds of norm, rotary, proj, " \
-        "mlp, residual, kv joined by '+', got 'fast'" in proc.stderr
+        "mlp, residual, kv, rope joined by '+', got 'fast'" in proc.stderr
 
 
 def test_an_unknown_decode_attention_kernel_is_refused() -> None:
