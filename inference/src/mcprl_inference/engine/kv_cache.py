@@ -70,15 +70,15 @@ def slot_attention(
     b, h, t, d = query.shape
     hkv = key.shape[1]
     groups = h // hkv
-    lengths = (t == 1 and attention_mask is not None and not attention_mask.is_floating_point()
-               and attention_mask.dtype != torch.bool)  # the split-K kernel's decode step
+    split_k = (t == 1 and attention_mask is not None and not attention_mask.is_floating_point()
+               and attention_mask.dtype != torch.bool)  # a mask of lengths: its decode step
     rope = pending_rope()  # the query is still unrotated (fuse kind "rope")
-    if rope is not None and not lengths:
+    if rope is not None and not split_k:
         raise RuntimeError("an unrotated query reached an attention kernel other than the "
                            "split-K decode one (fuse kind 'rope')")
     if t == 1 and attention_mask is not None:
         q = query.reshape(b, hkv, groups, d)
-        if lengths:
+        if split_k:
             scale = scaling if scaling is not None else d**-0.5
             return decode_attention(q, key, value, attention_mask.view(-1), scale,
                                     rope=rope), None
