@@ -223,6 +223,13 @@ if triton is not None:
         tl.store(base + sc_kv + d, v.to(cache_ptr.dtype.element_ty), mask=ok)
 
 
+def rope_fits(dim: int) -> bool:
+    """Whether the kernels can rotate heads of size ``dim`` (``fuse`` kind ``rope``): each
+    half is one power-of-2 range, and a head fills a ``tl.dot`` operand."""
+
+    return dim >= 16 and dim & (dim - 1) == 0
+
+
 def _rope_tables(rope: tuple[torch.Tensor, torch.Tensor] | None, rows: int, dim: int,
                  like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """``rope``'s (cos, sin), each ``[rows or 1, 1, dim]`` as the model's rotary embedding
@@ -231,7 +238,7 @@ def _rope_tables(rope: tuple[torch.Tensor, torch.Tensor] | None, rows: int, dim:
 
     if rope is None:
         return like, like, 0, 0
-    if dim % 2 or dim < 16 or dim & (dim - 1):
+    if not rope_fits(dim):
         raise ValueError(f"the fused rotary needs a head size that is a power of 2 of at "
                          f"least 16, got {dim}")
     tables = []

@@ -24,6 +24,7 @@ import torch
 
 from mcprl_inference.engine import fusions, merged_linears
 from mcprl_inference.engine.decode_attention import resolve as resolve_decode_kernel
+from mcprl_inference.engine.decode_attention import rope_fits
 from mcprl_inference.engine.kv_cache import (
     ATTN_IMPLEMENTATION,
     SlotKVCache,
@@ -163,9 +164,8 @@ class ModelRunner:
     def _rope_fits(self) -> bool:
         """Whether the KV write and split-K attention can take the rotary over (``rope``)."""
 
-        dim = self.head_dim
         return (fusions.KV in self._fused and self.decode_kernel == "triton"
-                and dim >= 16 and dim & (dim - 1) == 0)
+                and rope_fits(self.head_dim))
 
     def drop_graphs(self) -> None:
         """Forget captured graphs; their memory pool dies with them, so take a new one later."""
