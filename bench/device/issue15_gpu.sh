@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 15's GPU figures in one call of a lent GPU box (10 minutes at most): the CUDA tests of
 # the engine's fused decode path, its split-K decode attention and the trainer's update, the
-# LoRA update at the 3B shape, and the decode step: the CUDA default (all six fusions, the
-# split-K attention, async scheduling) beside the rotary done by the KV write and attention
-# kernels (+rope), SDPA and async scheduling off at batch 64/256 with the kernel profile,
+# LoRA update at the 3B shape, and the decode step: the CUDA default (all seven fusions, the
+# split-K attention, async scheduling) beside the compiled rotary kernel in place of the
+# rotary done by the KV write and attention kernels (no rope), SDPA and async scheduling off
+# at batch 64/256 with the kernel profile,
 # (part "lora") serving an unmerged LoRA, and
 # (part "attention") the split-K kernel's launch configurations swept against SDPA and the
 # KV-read floor
@@ -67,13 +68,14 @@ if [[ " $PARTS " == *" trainer "* ]]; then
 fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
-  # The CUDA defaults (the six fusions of fuse=auto, split-K attention, async scheduling)
-  # beside, one change each: the rotary left to the KV write and the attention (+rope, not
-  # yet timed), SDPA, and async scheduling off; batch 64 and 256, kernel profiles.
-  say "decode, batch 64/256: default vs +rope vs sdpa vs async off"
+  # The CUDA defaults (the seven fusions of fuse=auto, split-K attention, async scheduling)
+  # beside, one change each: the compiled rotary kernel instead of the rotary in the KV
+  # write and the attention (no rope), SDPA, and async scheduling off; batch 64 and 256,
+  # kernel profiles.
+  say "decode, batch 64/256: default vs no rope vs sdpa vs async off"
   timeout 330 python3 bench/bench_inference.py --device cuda --batches 64,256 \
     --new-tokens 128 --engines ours \
-    --fuse norm+rotary+proj+mlp+kv+residual,norm+rotary+proj+mlp+kv+residual+rope \
+    --fuse norm+rotary+proj+mlp+kv+residual+rope,norm+rotary+proj+mlp+kv+residual \
     --decode-attention triton,sdpa --async-scheduling on,off --kernel-profile \
     > "$OUT/inference-decode.json" 2> "$OUT/inference-decode.log"
   say "decode: exit $?"

@@ -93,12 +93,22 @@ print(json.dumps(errors))
 
 
 @interpreted
-def test_engine_decodes_the_same_with_the_split_k_kernel(tiny_test_model: Path) -> None:
+def test_engine_decodes_the_same_with_the_split_k_kernel(tiny_test_model: Path,
+                                                         tmp_path: Path) -> None:
     """The whole engine on the tiny Qwen2 model, the split-K kernel with its one-kernel KV
     write (``fuse=kv``), and with the rotary left to those two kernels (``kv+rope``): greedy
     tokens and their log-probs as with SDPA, index_put and HF's rotary, with more prompts
-    than slots (rows compacted and slots reused mid-flight)."""
+    than slots (rows compacted and slots reused mid-flight), every other one through a LoRA
+    on q/k/v (the rotary taken over comes after the adapter's delta)."""
 
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_test_model), LoraConfig(
+        r=8, lora_alpha=16, init_lora_weights=False,
+        target_modules=["q_proj", "k_proj", "v_proj"]))
+    peft.save_pretrained(tmp_path / "adapter")
     result = _interpreted(f"""
 import json
 from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams
@@ -111,9 +121,11 @@ def run(kernel, fuse):
     assert ("rotary in the kv write + attention (triton)" in engine.runner.fusions) == (
         "rope" in fuse)
     try:
+        engine.load_lora("policy", {str(tmp_path / "adapter")!r}).result(60)
         prompts = [[(11 * i + 5 * j) % 1000 + 10 for j in range(4 + 7 * i)] for i in range(6)]
         futures = [engine.add_request(p, SamplingParams(max_tokens=6 + 2 * i, temperature=0.0,
-                                                        ignore_eos=True))
+                                                        ignore_eos=True),
+                                      adapter="policy" if i % 2 else None)
                    for i, p in enumerate(prompts)]
         return [f.result(200).outputs[0] for f in futures]
     finally:

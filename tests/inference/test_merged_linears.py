@@ -166,13 +166,13 @@ def test_weights_moved_apart_run_unmerged_until_merged_again(tiny_test_model: Pa
 
 
 @pytest.mark.parametrize(("fuse", "device_type", "kinds"), [
-    ("auto", "cuda", {"norm", "rotary", "proj", "mlp", "kv", "residual"}),  # measured faster
+    ("auto", "cuda", {"norm", "rotary", "proj", "mlp", "kv", "residual", "rope"}),  # faster
     ("auto", "cpu", set()),  # proj had no steady gain on a CPU
     ("none", "cuda", set()),
     ("proj + norm", "cpu", {"norm", "proj"}),
     ("norm+rotary+proj+mlp", "cuda", {"norm", "rotary", "proj", "mlp"}),
     ("mlp+residual+kv", "cuda", {"mlp", "residual", "kv"}),
-    ("kv+rope", "cuda", {"kv", "rope"}),  # opt-in: not in auto until timed on a GPU
+    ("kv+rope", "cuda", {"kv", "rope"}),
 ])
 def test_fuse_settings_name_the_kinds_that_run(fuse: str, device_type: str,
                                                kinds: set[str]) -> None:

@@ -82,17 +82,16 @@ class InferenceSettings(ServiceSettings):
                                                       "on CUDA, sdpa elsewhere), sdpa, matmul, "
                                                       "or triton (split-K, CUDA: each row reads "
                                                       "its own length).")
-    fuse: str = Field("auto", description="Fused kernels: auto (all but rope on CUDA, "
-                                          "none on CPU), none, or kinds joined by '+': norm "
+    fuse: str = Field("auto", description="Fused kernels: auto (all on CUDA, none on "
+                                          "CPU), none, or kinds joined by '+': norm "
                                           "(fused RMSNorm), rotary (compiled rotary embedding), "
                                           "proj (q/k/v and gate/up as one GEMM each), mlp "
                                           "(compiled silu(gate)*up), residual (residual adds "
                                           "inside add+RMSNorm and the down GEMM), kv (one "
                                           "Triton kernel writes a decode step's K/V, with the "
                                           "split-K attention) and rope (with kv: the rotary "
-                                          "inside that write and the attention; opt-in, not "
-                                          "yet timed), all but norm in decode steps only; "
-                                          "e.g. norm+proj.")
+                                          "inside that write and the attention), all but "
+                                          "norm in decode steps only; e.g. norm+proj.")
     enable_prefix_caching: bool = Field(
         True, description="Reuse the KV of earlier sequences for prompts that start with the "
                           "same tokens (vLLM --enable-prefix-caching): an agent's next turn and "

@@ -11,11 +11,12 @@ compiled add + RMSNorm, the second in the down projection's GEMM (cuBLAS adds it
 input, ``beta = 1``; a lean LoRA branch's delta is added in place after it). With ``kv`` and
 the split-K decode attention, a decode step's new keys and values go into the cache with
 one Triton kernel a layer (``decode_attention``'s ``write_decode_kv``), not two
-``index_put``s. With ``rope`` as well (opt-in, not yet timed on a GPU), the rotary embedding
+``index_put``s. With ``rope`` as well, the rotary embedding
 runs in no kernel of its own in decode steps: ``apply_rotary_pos_emb`` hands back the query
 and key unrotated and keeps the model's (cos, sin), the KV write rotates the key on its way
 into the cache and the split-K attention the query heads each program loads (the compiled
-rotary was one kernel a layer, ~6 us each at batch 64 on an H100). The model runner turns
+rotary was one kernel a layer, ~6 us each at batch 64 on an H100; without it a step at
+batch 64 took 3.96 ms against 4.23 on an H200). The model runner turns
 all but ``norm`` on in decode steps only: prefills are bound by compute, not by kernel
 count, and the compiled rotary was slower there. Outside the engine (training, plain
 ``generate``) the model behaves exactly as before.
@@ -52,7 +53,7 @@ _LAYERS = {"Qwen2DecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer", "Qwe
 NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE = (
     "norm", "rotary", "proj", "mlp", "residual", "kv", "rope")
 KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE)
-AUTO_CUDA = (NORM, ROTARY, PROJ, MLP, KV, RESIDUAL)  # measured faster on a GPU (benchmarks.md)
+AUTO_CUDA = (NORM, ROTARY, PROJ, MLP, KV, RESIDUAL, ROPE)  # each measured faster on a GPU
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
 # With ``rope`` active: the (cos, sin) of the layer whose query and key were left unrotated,
 # None where they were rotated as usual.
@@ -77,9 +78,11 @@ def parse(fuse: str, device_type: str) -> frozenset[str]:
     ``auto`` on CUDA is ``AUTO_CUDA``: on an H100 (docs/benchmarks.md) ``norm+rotary+proj``
     took a decode step at batch 64 from 7.44 to 6.21 ms, 9.50 to 7.54 with an unmerged LoRA,
     ``mlp`` then from 5.79 to 5.68 ms (7.13 to 7.00 with the LoRA), ``kv+residual`` from
-    5.52 to 5.15 ms (another H100, the split-K attention), and each passed the CUDA tests.
-    ``kv`` needs the split-K attention (the CUDA default). On a CPU it is nothing: ``proj``
-    measured no steady gain there (bench/bench_inference.py --fuse none,proj)."""
+    5.52 to 5.15 ms (another H100, the split-K attention), ``rope`` from 4.23 to 3.96 ms
+    (an H200; 6.70 to 6.30 at batch 256), and each passed the CUDA tests. ``kv`` and ``rope``
+    need the split-K attention (the CUDA default); the runner leaves them out without it.
+    On a CPU it is nothing: ``proj`` measured no steady gain there
+    (bench/bench_inference.py --fuse none,proj)."""
 
     if fuse == "auto":
         return frozenset(AUTO_CUDA if device_type == "cuda" else ())

@@ -70,10 +70,11 @@ class ModelRunner:
         heads = cfg.num_attention_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         if fusions.ROPE in self._fused and not self._rope_fits():
-            log.warning("fuse kind 'rope' left off: it needs 'kv', the split-K decode "
-                        "attention and a head size that is a power of 2 of at least 16",
-                        extra={"decode_attention": self.decode_kernel,
-                               "head_dim": self.head_dim})
+            # asked for by name, say why it is off; under auto, as kv, it just does not apply
+            (log.debug if fuse == "auto" else log.warning)(
+                "fuse kind 'rope' left off: it needs 'kv', the split-K decode attention and "
+                "a head size that is a power of 2 of at least 16",
+                extra={"decode_attention": self.decode_kernel, "head_dim": self.head_dim})
             self._fused -= {fusions.ROPE}
         self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
                                        rotary=fusions.ROTARY in self._fused,
