@@ -15,7 +15,7 @@ one Triton kernel a layer (``decode_attention``'s ``write_decode_kv``), not two
 runs in no kernel of its own in decode steps: ``apply_rotary_pos_emb`` hands back the query
 and key unrotated and keeps the model's (cos, sin), the KV write rotates the key on its way
 into the cache and the split-K attention the query heads each program loads (the compiled
-rotary was one kernel a layer, ~6 us each at batch 64 on an H100; without it a step at
+rotary was one kernel a layer, ~6 us each at batch 64 on an H100; with ``rope`` a step at
 batch 64 took 3.96 ms against 4.23 on an H200). The model runner turns
 all but ``norm`` on in decode steps only: prefills are bound by compute, not by kernel
 count, and the compiled rotary was slower there. Outside the engine (training, plain
