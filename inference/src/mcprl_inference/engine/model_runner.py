@@ -69,7 +69,10 @@ class ModelRunner:
             model.config)
         heads = cfg.num_attention_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        if fusions.ROPE in self._fused and not self._rope_fits():
+        # With the split-K kernel, Triton is there: a decode step's KV can go in in one launch,
+        # and (rope) that write and the split-K attention can take the rotary over.
+        kv_write = fusions.KV in self._fused and self.decode_kernel == "triton"
+        if fusions.ROPE in self._fused and not (kv_write and rope_fits(self.head_dim)):
             # asked for by name, say why it is off; under auto, as kv, it just does not apply
             (log.debug if fuse == "auto" else log.warning)(
                 "fuse kind 'rope' left off: it needs 'kv', the split-K decode attention and "
@@ -98,9 +101,7 @@ class ModelRunner:
         self.vocab_size = int(self.lm_head.weight.shape[0])
         self.max_position = int(getattr(cfg, "max_position_embeddings", 4096))
         self.cache = SlotKVCache(self.num_layers, self.num_kv_heads, self.head_dim, dtype, device)
-        # With the split-K kernel, Triton is there: a decode step's KV can go in in one launch.
-        self.cache.fused_decode_write = (fusions.KV in self._fused
-                                         and self.decode_kernel == "triton")
+        self.cache.fused_decode_write = kv_write
         if self.cache.fused_decode_write:
             self.fusions.append("kv write (triton)")
         self.use_graphs = cuda_graphs and device.type == "cuda"
@@ -161,12 +162,6 @@ class ModelRunner:
             log.info("kv cache resized", extra={
                 "rows": self.cache.rows, "capacity": self.cache.capacity,
                 "gib": round(self.cache.allocated_bytes / 2**30, 3)})
-
-    def _rope_fits(self) -> bool:
-        """Whether the KV write and split-K attention can take the rotary over (``rope``)."""
-
-        return (fusions.KV in self._fused and self.decode_kernel == "triton"
-                and rope_fits(self.head_dim))
 
     def drop_graphs(self) -> None:
         """Forget captured graphs; their memory pool dies with them, so take a new one later."""
