@@ -2,9 +2,8 @@
 # Issue 15's GPU figures in one call of a lent GPU box (10 minutes at most): the CUDA tests of
 # the engine's fused decode path, its split-K decode attention and the trainer's update, the
 # LoRA update at the 3B shape, and the decode step: the CUDA default (all seven fusions, the
-# split-K attention, async scheduling) beside the compiled rotary kernel in place of the
-# rotary done by the KV write and attention kernels (no rope), SDPA and async scheduling off
-# at batch 64/256 with the kernel profile,
+# split-K attention, async scheduling) beside it with the KV write and chunk merge inside
+# the attention kernel (attn) at batch 64/256 with the kernel profile,
 # (part "lora") serving an unmerged LoRA, and
 # (part "attention") the split-K kernel's launch configurations swept against SDPA and the
 # KV-read floor
@@ -18,7 +17,8 @@
 # cuda-tests.log, trainer-update.json (+ .log), inference-decode.json and inference-lora.json
 # (+ .log), decode-attention.json (+ .log). Keep the JSON as
 # docs/bench/trainer-update-<card>-<date>.json and inference-<card>-<what>-<date>.json.
-# PARTS (default "tests trainer decode attention"; "lora" besides) picks the parts.
+# PARTS (default "tests trainer decode attention"; "lora" besides) picks the parts;
+# ATTENTION_ARGS replaces the attention sweep's batches (e.g. "--batches 64 --configs 64x4x2x4").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out} SITE=${SITE:-$HOME/site}
@@ -69,14 +69,14 @@ fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
   # The CUDA defaults (the seven fusions of fuse=auto, split-K attention, async scheduling)
-  # beside, one change each: the compiled rotary kernel instead of the rotary in the KV
-  # write and the attention (no rope), SDPA, and async scheduling off; batch 64 and 256,
-  # kernel profiles.
-  say "decode, batch 64/256: default vs no rope vs sdpa vs async off"
+  # beside the same with the KV write and the chunk merge inside the attention kernel
+  # (attn); batch 64 and 256, kernel profiles. DECODE_ARGS adds arms (e.g.
+  # "--decode-attention triton,sdpa --async-scheduling on,off": one change each).
+  say "decode, batch 64/256: +attn vs the default"
   timeout 330 python3 bench/bench_inference.py --device cuda --batches 64,256 \
     --new-tokens 128 --engines ours \
-    --fuse norm+rotary+proj+mlp+kv+residual+rope,norm+rotary+proj+mlp+kv+residual \
-    --decode-attention triton,sdpa --async-scheduling on,off --kernel-profile \
+    --fuse norm+rotary+proj+mlp+kv+residual+rope+attn,norm+rotary+proj+mlp+kv+residual+rope \
+    ${DECODE_ARGS:-} --kernel-profile \
     > "$OUT/inference-decode.json" 2> "$OUT/inference-decode.log"
   say "decode: exit $?"
 fi
@@ -89,7 +89,8 @@ if [[ " $PARTS " == *" lora "* ]]; then
 fi
 if [[ " $PARTS " == *" attention "* ]]; then
   say "decode attention: split-K configurations vs SDPA and the floor"
-  timeout 150 python3 bench/bench_decode_attention.py --device cuda --batches 16,64,256 \
+  timeout 150 python3 bench/bench_decode_attention.py --device cuda \
+    ${ATTENTION_ARGS:---batches 16,64,256} \
     > "$OUT/decode-attention.json" 2> "$OUT/decode-attention.log"
   say "decode attention: exit $?"
 fi

@@ -96,7 +96,8 @@ print(json.dumps(errors))
 def test_engine_decodes_the_same_with_the_split_k_kernel(tiny_test_model: Path,
                                                          tmp_path: Path) -> None:
     """The whole engine on the tiny Qwen2 model, the split-K kernel with its one-kernel KV
-    write (``fuse=kv``), and with the rotary left to those two kernels (``kv+rope``): greedy
+    write (``fuse=kv``), with the rotary left to those two kernels (``kv+rope``), and with
+    the write and the chunk merge inside the attention kernel (``attn+rope``): greedy
     tokens and their log-probs as with SDPA, index_put and HF's rotary, with more prompts
     than slots (rows compacted and slots reused mid-flight), every other one through a LoRA
     on q/k/v (the rotary taken over comes after the adapter's delta)."""
@@ -120,6 +121,8 @@ def run(kernel, fuse):
     assert ("kv write (triton)" in engine.runner.fusions) == ("kv" in fuse)
     assert ("rotary in the kv write + attention (triton)" in engine.runner.fusions) == (
         "rope" in fuse)
+    assert ("kv write + chunk merge in the attention (triton)" in engine.runner.fusions) == (
+        "attn" in fuse)
     try:
         engine.load_lora("policy", {str(tmp_path / "adapter")!r}).result(60)
         prompts = [[(11 * i + 5 * j) % 1000 + 10 for j in range(4 + 7 * i)] for i in range(6)]
@@ -133,7 +136,7 @@ def run(kernel, fuse):
 
 sdpa = run("sdpa", "none")
 out = {{}}
-for fuse in ("kv", "kv+rope"):
+for fuse in ("kv", "kv+rope", "attn+rope"):
     split_k = run("triton", fuse)
     out[fuse] = {{
         "tokens": [o.token_ids for o in split_k], "want": [o.token_ids for o in sdpa],
@@ -141,7 +144,7 @@ for fuse in ("kv", "kv+rope"):
                              for a, b in zip(x.logprobs, y.logprobs, strict=True))}}
 print(json.dumps(out))
 """)
-    assert set(result) == {"kv", "kv+rope"}
+    assert set(result) == {"kv", "kv+rope", "attn+rope"}
     for fuse, got in result.items():
         assert [len(t) for t in got["tokens"]] == [6 + 2 * i for i in range(6)], fuse
         assert got["tokens"] == got["want"], fuse
@@ -254,19 +257,99 @@ def test_on_cuda_the_rotary_inside_the_kernels_matches_hf() -> None:
     assert all(error < 3e-2 for error in errors.values()), errors  # bfloat16 roundings
 
 
-def test_rope_is_left_off_without_the_kernels_that_take_it_over(
+_ONE_KERNEL = _ROPE + """
+SHAPES = [(3, 2, 8, 16, 150), (2, 3, 3, 64, 70), (6, 2, 8, 128, 200)]
+
+def one_kernel_errors(device, dtype, shapes=SHAPES, repeats=1):
+    \"\"\"``fuse`` kind ``attn``: the attention writing the step's K/V itself and merging its
+    own chunks against the KV-write kernel and the merge kernel (rotary on and off; one chunk,
+    three, the default), bit for bit; the semaphores left zero. ``repeats`` runs the same
+    step again on fresh copies (races between the programs of a GPU).\"\"\"
+    gen = torch.Generator().manual_seed(1)
+    errors = {}
+    for rows, kv_heads, groups, dim, window in shapes:
+        positions = torch.randint(0, window, (rows,), generator=gen)
+        positions[0] = 0
+        inv_freq = 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim)
+        emb = torch.cat([positions[:, None].float() * inv_freq] * 2, -1)[:, None, :]
+        tables = (emb.cos().to(device, dtype), emb.sin().to(device, dtype))
+        heads = kv_heads * groups
+        qkv = torch.randn(rows, 1, (heads + 2 * kv_heads) * dim, generator=gen).to(device, dtype)
+        q = qkv[..., :heads * dim].view(rows, 1, heads, dim).transpose(1, 2).reshape(
+            rows, kv_heads, groups, dim)
+        k, v = (qkv[..., (heads + i * kv_heads) * dim:(heads + (i + 1) * kv_heads) * dim]
+                .view(rows, 1, kv_heads, dim).transpose(1, 2) for i in (0, 1))
+        cache = torch.randn(2, rows + 1, kv_heads, window, dim, generator=gen).to(device, dtype)
+        positions = positions.to(device)
+        lengths = (positions + 1).to(torch.int32)
+        semaphores = torch.zeros(rows * kv_heads, dtype=torch.int32, device=device)
+        for rope in (None, tables):
+            for splits in (1, 3, None):
+                want = cache.clone()
+                write_decode_kv(want, positions, k, v, rope=rope)
+                ref = decode_attention(q, want[0, :rows], want[1, :rows], lengths, dim**-0.5,
+                                       rope=rope, splits=splits)
+                case = f"{rows}x{kv_heads}x{groups}x{dim}/{rope is not None}/{splits}"
+                errors[f"written {case}"] = (want != cache).any().item()
+                for _ in range(repeats):
+                    got_kv = cache.clone()
+                    got = decode_attention(q, got_kv[0, :rows], got_kv[1, :rows], lengths,
+                                           dim**-0.5, rope=rope, splits=splits, new_kv=(k, v),
+                                           one_kernel=True, semaphores=semaphores)
+                    errors[f"kv {case}"] = max(errors.get(f"kv {case}", 0.0), (
+                        got_kv.float() - want.float()).abs().max().item())
+                    errors[f"out {case}"] = max(errors.get(f"out {case}", 0.0), (
+                        got.float() - ref.float()).abs().max().item())
+                errors[f"semaphores {case}"] = int(semaphores.abs().sum())
+    return errors
+"""
+
+
+def _check_one_kernel(errors: dict, shapes: int = 3) -> None:
+    assert len(errors) == shapes * 2 * 3 * 4, len(errors)
+    for case, error in errors.items():
+        if case.startswith("written"):
+            assert error is True, case  # the reference did write: the comparison can fail
+        else:
+            assert error == 0, (case, error)
+
+
+@interpreted
+def test_the_attention_writes_the_new_kv_and_merges_its_chunks_itself() -> None:
+    result = _interpreted(_ONE_KERNEL + """
+import json
+print(json.dumps(one_kernel_errors("cpu", torch.float32)))
+""")
+    _check_one_kernel(result)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_attention_writes_the_new_kv_and_merges_its_chunks_itself() -> None:
+    namespace: dict = {}
+    exec(_ONE_KERNEL, namespace)
+    # and Qwen2.5-3B's heads at batch 64 over 1024 positions: many programs a row and head
+    shapes = [*namespace["SHAPES"], (64, 2, 8, 128, 1024)]
+    _check_one_kernel(namespace["one_kernel_errors"]("cuda", torch.bfloat16, shapes, 20),
+                      len(shapes))
+
+
+def test_rope_and_attn_are_left_off_without_the_kernels_that_take_them_over(
         tiny_test_model: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """``rope`` without ``kv`` and the split-K attention would leave the rotary undone: the
-    runner turns it off, says so, and the model decodes with HF's rotary."""
+    """``rope`` and ``attn`` without the split-K attention would leave the rotary and the KV
+    write undone: the runner turns them off, says so, and the model decodes with HF's rotary
+    and the index_put write."""
 
     from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams
 
     engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(
         device="cpu", dtype="float32", max_batch_size=2, max_model_len=64,
-        fuse="norm+rope")).start()
+        fuse="norm+rope+attn")).start()
     try:
-        assert not any("rotary" in f for f in engine.runner.fusions), engine.runner.fusions
+        assert not any("rotary" in f or "kv write" in f for f in engine.runner.fusions), (
+            engine.runner.fusions)
+        assert engine.runner.cache.decode_write == "index_put"
         assert "fuse kind 'rope' left off" in caplog.text
+        assert "fuse kind 'attn' left off" in caplog.text
         out = engine.add_request([5, 6, 7], SamplingParams(max_tokens=4, temperature=0.0,
                                                            ignore_eos=True)).result(60)
         assert len(out.outputs[0].token_ids) == 4

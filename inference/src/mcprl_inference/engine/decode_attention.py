@@ -107,22 +107,60 @@ if triton is not None:
         return lo * c_lo - hi * s_lo, hi * c_hi + lo * s_hi
 
     @triton.jit
+    def _merge_chunks(o_ptr, lse_ptr, splits, so_s, so_g, sl_s,
+                      G_PAD: tl.constexpr, D_PAD: tl.constexpr, S_PAD: tl.constexpr,
+                      g_ok, d_ok):
+        """One (sequence, KV head)'s chunks merged by their share of the softmax: ``[G, D]``
+        (``o_ptr``/``lse_ptr`` at that row and head). Loaded past L1 (``.cg``): in the
+        kernel's own merge the chunks were written by other SMs."""
+
+        s = tl.arange(0, S_PAD)
+        g = tl.arange(0, G_PAD)
+        d = tl.arange(0, D_PAD)
+        lse = tl.load(lse_ptr + s[:, None] * sl_s + g[None, :],
+                      mask=(s < splits)[:, None] & g_ok[None, :], other=float("-inf"),
+                      cache_modifier=".cg")
+        top = tl.max(lse, 0)
+        top = tl.where(top == float("-inf"), 0.0, top)  # padded heads: nothing to weigh
+        total = tl.sum(tl.exp(lse - top[None, :]), 0)
+        acc = tl.zeros((G_PAD, D_PAD), tl.float32)
+        for i in range(0, splits):
+            weight = tl.exp(tl.load(lse_ptr + i * sl_s + g, mask=g_ok, other=float("-inf"),
+                                    cache_modifier=".cg") - top)
+            part = tl.load(o_ptr + i * so_s + g[:, None] * so_g + d[None, :],
+                           mask=g_ok[:, None] & d_ok[None, :], other=0.0,
+                           cache_modifier=".cg")
+            acc += part * weight[:, None]
+        return acc / tl.where(total > 0.0, total, 1.0)[:, None]
+
+    @triton.jit
     def _attention_chunk_kernel(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, lse_ptr,
                                 cos_ptr, sin_ptr, sc_b, ss_b,
                                 sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
                                 so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s,
+                                kn_ptr, vn_ptr, skn_b, skn_h, svn_b, svn_h,
+                                sem_ptr, out_ptr, sout_b, sout_h,
                                 scale, chunk, window,
                                 GROUPS: tl.constexpr, G_PAD: tl.constexpr,
                                 DIM: tl.constexpr, D_PAD: tl.constexpr,
                                 BLOCK: tl.constexpr, IEEE: tl.constexpr,
-                                ROPE: tl.constexpr):
+                                ROPE: tl.constexpr, NEW_KV: tl.constexpr,
+                                MERGE: tl.constexpr, S_PAD: tl.constexpr):
         """Attention of one (sequence, KV head) over one chunk of its keys: the normalised
         partial output and its log-sum-exp (-inf for a chunk past the sequence's end).
         ``IEEE``: float32 inputs multiply in float32, not TF32 (as torch's default).
-        ``ROPE``: the query comes unrotated and is rotated here (``DIM == D_PAD``)."""
+        ``ROPE``: the query (and with ``NEW_KV`` the new key) comes unrotated and is rotated
+        here (``DIM == D_PAD``).
+        ``NEW_KV``: the step's new key and value (``kn_ptr``/``vn_ptr``) are not in the cache
+        yet: the program whose chunk holds the row's last position writes them there, then
+        reads them back with the rest (no KV-write kernel before this one).
+        ``MERGE``: the program that finishes last for its (sequence, KV head), counted on
+        ``sem_ptr`` (zero before, zero again after), merges the chunks into ``out_ptr``; with
+        one chunk the program writes ``out_ptr`` directly (no merge kernel after this one)."""
 
         # 64-bit offsets: a row's start in a large cache passes 2**31 elements
         b, h, s = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
+        splits = tl.num_programs(2)
         length = tl.minimum(tl.load(len_ptr + b), window)  # never read past the window
         start = s * chunk
         end = tl.minimum(start + chunk, length)
@@ -141,11 +179,18 @@ if triton is not None:
             q = q.to(q_ptr.dtype.element_ty)
         else:
             q = tl.load(q_base + d[None, :], mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+        k_base = k_ptr + b * sk_b + h * sk_h
+        v_base = v_ptr + b * sv_b + h * sv_h
+        if NEW_KV:
+            pos = length - 1
+            if (pos >= start) & (pos < end):
+                _write_row(kn_ptr + b * skn_b + h * skn_h, vn_ptr + b * svn_b + h * svn_h,
+                           k_base + pos * sk_n, v_base + pos * sv_n,
+                           cos_ptr + b * sc_b, sin_ptr + b * ss_b, DIM, D_PAD, ROPE)
+                tl.debug_barrier()  # the writes are the CTA's to read below
         m = tl.full((G_PAD,), float("-inf"), tl.float32)
         total = tl.zeros((G_PAD,), tl.float32)
         acc = tl.zeros((G_PAD, D_PAD), tl.float32)
-        k_base = k_ptr + b * sk_b + h * sk_h
-        v_base = v_ptr + b * sv_b + h * sv_h
         for first in range(start, end, BLOCK):
             keys = first + n
             ok = keys < end
@@ -169,33 +214,63 @@ if triton is not None:
             m = m_new
         has = total > 0.0
         out = acc / tl.where(has, total, 1.0)[:, None]
-        lse = tl.where(has, m + tl.log(tl.where(has, total, 1.0)), float("-inf"))
-        tl.store(o_ptr + b * so_b + h * so_h + s * so_s + g[:, None] * so_g + d[None, :], out,
-                 mask=g_ok[:, None] & d_ok[None, :])
-        tl.store(lse_ptr + b * sl_b + h * sl_h + s * sl_s + g, lse, mask=g_ok)
+        out_rows = out_ptr + b * sout_b + (h * GROUPS + g[:, None]) * sout_h + d[None, :]
+        gd_ok = g_ok[:, None] & d_ok[None, :]
+        if MERGE and S_PAD == 1:  # one chunk: its output is the attention's
+            tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=gd_ok)
+        else:
+            lse = tl.where(has, m + tl.log(tl.where(has, total, 1.0)), float("-inf"))
+            o_row = o_ptr + b * so_b + h * so_h
+            l_row = lse_ptr + b * sl_b + h * sl_h
+            tl.store(o_row + s * so_s + g[:, None] * so_g + d[None, :], out, mask=gd_ok)
+            tl.store(l_row + s * sl_s + g, lse, mask=g_ok)
+            if MERGE:
+                # every thread's stores before one thread's release; the last to count merges
+                tl.debug_barrier()
+                sem = sem_ptr + b * tl.num_programs(1) + h
+                if tl.atomic_add(sem, 1, sem="acq_rel", scope="gpu") == splits - 1:
+                    tl.atomic_xchg(sem, 0, sem="relaxed", scope="gpu")  # ready for the next
+                    merged = _merge_chunks(o_row, l_row, splits, so_s, so_g, sl_s,
+                                           G_PAD, D_PAD, S_PAD, g_ok, d_ok)
+                    tl.store(out_rows, merged.to(out_ptr.dtype.element_ty), mask=gd_ok)
 
     @triton.jit
     def _attention_merge_kernel(o_ptr, lse_ptr, out_ptr,
                                 so_b, so_h, so_s, so_g, sl_b, sl_h, sl_s, sout_b, sout_h,
                                 SPLITS: tl.constexpr, S_PAD: tl.constexpr,
-                                GROUPS: tl.constexpr, DIM: tl.constexpr,
+                                GROUPS: tl.constexpr, G_PAD: tl.constexpr, DIM: tl.constexpr,
                                 D_PAD: tl.constexpr):
-        """One query head's output: its chunks weighted by their share of the softmax."""
+        """One (sequence, KV head)'s output: its chunks weighted by their share of the
+        softmax."""
 
-        b, h, g = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
-        s = tl.arange(0, S_PAD)
+        b, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+        g = tl.arange(0, G_PAD)
         d = tl.arange(0, D_PAD)
-        s_ok, d_ok = s < SPLITS, d < DIM
-        lse = tl.load(lse_ptr + b * sl_b + h * sl_h + s * sl_s + g, mask=s_ok,
-                      other=float("-inf"))
-        weight = tl.exp(lse - tl.max(lse, 0))
-        weight = weight / tl.sum(weight, 0)
-        parts = tl.load(o_ptr + b * so_b + h * so_h + s[:, None] * so_s + g * so_g + d[None, :],
-                        mask=s_ok[:, None] & d_ok[None, :], other=0.0)
-        out = tl.sum(parts * weight[:, None], 0)
-        tl.store(out_ptr + b * sout_b + (h * GROUPS + g) * sout_h + d,
-                 out.to(out_ptr.dtype.element_ty), mask=d_ok)
+        g_ok, d_ok = g < GROUPS, d < DIM
+        out = _merge_chunks(o_ptr + b * so_b + h * so_h, lse_ptr + b * sl_b + h * sl_h,
+                            SPLITS, so_s, so_g, sl_s, G_PAD, D_PAD, S_PAD, g_ok, d_ok)
+        tl.store(out_ptr + b * sout_b + (h * GROUPS + g[:, None]) * sout_h + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=g_ok[:, None] & d_ok[None, :])
 
+    @triton.jit
+    def _write_row(k_row, v_row, k_dst, v_dst, cos_row, sin_row, DIM: tl.constexpr,
+                   D_PAD: tl.constexpr, ROPE: tl.constexpr):
+        """One new key and value (one KV head of one row) to their cache position; with
+        ``ROPE`` the key comes unrotated and is rotated on its way in."""
+
+        d = tl.arange(0, D_PAD)
+        ok = d < DIM
+        if ROPE:
+            i = tl.arange(0, DIM // 2)
+            lo, hi = _rotate(tl.load(k_row + i), tl.load(k_row + DIM // 2 + i),
+                             cos_row, sin_row, DIM // 2)
+            tl.store(k_dst + i, lo.to(k_dst.dtype.element_ty))
+            tl.store(k_dst + DIM // 2 + i, hi.to(k_dst.dtype.element_ty))
+        else:
+            k = tl.load(k_row + d, mask=ok)
+            tl.store(k_dst + d, k.to(k_dst.dtype.element_ty), mask=ok)
+        v = tl.load(v_row + d, mask=ok)
+        tl.store(v_dst + d, v.to(v_dst.dtype.element_ty), mask=ok)
 
     @triton.jit
     def _kv_write_kernel(k_ptr, v_ptr, pos_ptr, cache_ptr, cos_ptr, sin_ptr, scos_b, ssin_b,
@@ -206,21 +281,9 @@ if triton is not None:
 
         b, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
         pos = tl.load(pos_ptr + b).to(tl.int64)
-        d = tl.arange(0, D_PAD)
-        ok = d < DIM
         base = cache_ptr + b * sc_b + h * sc_h + pos * sc_n
-        k_row = k_ptr + b * sk_b + h * sk_h
-        if ROPE:
-            i = tl.arange(0, DIM // 2)
-            lo, hi = _rotate(tl.load(k_row + i), tl.load(k_row + DIM // 2 + i),
-                             cos_ptr + b * scos_b, sin_ptr + b * ssin_b, DIM // 2)
-            tl.store(base + i, lo.to(cache_ptr.dtype.element_ty))
-            tl.store(base + DIM // 2 + i, hi.to(cache_ptr.dtype.element_ty))
-        else:
-            k = tl.load(k_row + d, mask=ok)
-            tl.store(base + d, k.to(cache_ptr.dtype.element_ty), mask=ok)
-        v = tl.load(v_ptr + b * sv_b + h * sv_h + d, mask=ok)
-        tl.store(base + sc_kv + d, v.to(cache_ptr.dtype.element_ty), mask=ok)
+        _write_row(k_ptr + b * sk_b + h * sk_h, v_ptr + b * sv_b + h * sv_h, base, base + sc_kv,
+                   cos_ptr + b * scos_b, sin_ptr + b * ssin_b, DIM, D_PAD, ROPE)
 
 
 def rope_fits(dim: int) -> bool:
@@ -278,7 +341,10 @@ def write_decode_kv(layer_kv: torch.Tensor, positions: torch.Tensor, key: torch.
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      lengths: torch.Tensor, scale: float, *, splits: int | None = None,
                      config: KernelConfig = DEFAULT_CONFIG,
-                     rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                     rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     new_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     one_kernel: bool = False,
+                     semaphores: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of ``query [B, Hkv, G, D]`` (one token, the G query heads of each KV head)
     over the first ``lengths[b]`` positions of ``key``/``value [B, Hkv, L, D]`` (at most
     ``L``: a length past the window reads the whole window, never memory beyond it).
@@ -287,6 +353,14 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     transpose copy follows). ``splits`` defaults to :func:`num_splits` for this device and
     ``config``. ``rope``: the model's (cos, sin) for these rows, for a query that is still
     unrotated (each program rotates the few query heads it loads, ``fuse`` kind ``rope``).
+
+    ``new_kv``: this step's keys and values (``[B, Hkv, 1, D]``, unrotated with ``rope``),
+    not yet in ``key``/``value``: they go in at position ``lengths[b] - 1`` inside the
+    kernel, in place of :func:`write_decode_kv` before it. ``one_kernel``: the last program
+    of each (sequence, KV head) merges the chunks, in place of a merge kernel after it;
+    ``semaphores`` (int32, zeros, at least ``B * Hkv``; left zero) count the programs done,
+    allocated when not given (a caller replaying a CUDA graph passes its own). Together
+    (``fuse`` kind ``attn``) a layer's decode attention is one launch instead of three.
     """
 
     if triton is None:
@@ -295,6 +369,10 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     window = key.shape[2]
     if key.stride(-1) != 1 or value.stride(-1) != 1 or query.stride(-1) != 1:
         raise ValueError("decode_attention needs a contiguous last (head_dim) axis")
+    new_key, new_value = new_kv if new_kv is not None else (query, query)
+    if new_key.stride(-1) != 1 or new_value.stride(-1) != 1:
+        raise ValueError("decode_attention needs new keys and values with a contiguous last "
+                         "(head_dim) axis")
     block = config.block_n
     if splits is None:
         sms = _sms(query.device.index or 0) if query.is_cuda else 32
@@ -305,6 +383,11 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                           device=query.device)
     lse = torch.empty(rows, kv_heads, splits, groups, dtype=torch.float32, device=query.device)
     out = torch.empty(rows, 1, kv_heads * groups, dim, dtype=query.dtype, device=query.device)
+    if one_kernel and semaphores is None:
+        semaphores = torch.zeros(rows * kv_heads, dtype=torch.int32, device=query.device)
+    if semaphores is not None and (semaphores.numel() < rows * kv_heads
+                                   or semaphores.dtype != torch.int32):
+        raise ValueError(f"semaphores must be int32 with at least {rows * kv_heads} entries")
     g_pad = max(16, triton.next_power_of_2(groups))
     d_pad = max(16, triton.next_power_of_2(dim))
     cos, sin, cos_b, sin_b = _rope_tables(rope, rows, dim, query)
@@ -312,12 +395,16 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         query, key, value, lengths, partial, lse, cos, sin, cos_b, sin_b,
         *query.stride()[:3], *key.stride()[:3], *value.stride()[:3],
         *partial.stride()[:4], *lse.stride()[:3],
-        scale, chunk, window,
+        new_key, new_value, new_key.stride(0), new_key.stride(1), new_value.stride(0),
+        new_value.stride(1), semaphores if one_kernel else lengths, out, out.stride(0),
+        out.stride(2), scale, chunk, window,
         GROUPS=groups, G_PAD=g_pad, DIM=dim, D_PAD=d_pad, BLOCK=block,
-        IEEE=query.dtype == torch.float32, ROPE=rope is not None,
+        IEEE=query.dtype == torch.float32, ROPE=rope is not None, NEW_KV=new_kv is not None,
+        MERGE=one_kernel, S_PAD=triton.next_power_of_2(splits) if one_kernel else 1,
         num_warps=config.num_warps, num_stages=config.num_stages)
-    _attention_merge_kernel[(rows, kv_heads, groups)](
-        partial, lse, out, *partial.stride()[:4], *lse.stride()[:3], out.stride(0),
-        out.stride(2), SPLITS=splits, S_PAD=max(2, triton.next_power_of_2(splits)),
-        GROUPS=groups, DIM=dim, D_PAD=d_pad, num_warps=4)
+    if not one_kernel:
+        _attention_merge_kernel[(rows, kv_heads)](
+            partial, lse, out, *partial.stride()[:4], *lse.stride()[:3], out.stride(0),
+            out.stride(2), SPLITS=splits, S_PAD=max(2, triton.next_power_of_2(splits)),
+            GROUPS=groups, G_PAD=g_pad, DIM=dim, D_PAD=d_pad, num_warps=4)
     return out

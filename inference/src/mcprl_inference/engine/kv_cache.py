@@ -14,8 +14,9 @@ Plans tell ``update`` what the current forward pass is:
 - decode: row ``i`` is slot ``i``, its one new token goes to ``positions[i]`` and attention
   reads the first ``attn_len`` positions of the slot under a length mask (or, with the
   split-K kernel of :mod:`.decode_attention`, the whole slot up to each row's length, and
-  with ``fuse`` kind ``kv`` the new K and V written by one kernel of that module; with
-  ``rope`` too, that kernel rotates the key and the attention the query);
+  with ``fuse`` kind ``kv`` the new K and V written by one kernel of that module, or with
+  ``attn`` by the attention kernel itself, handed over by ``update``; with ``rope`` too,
+  the kernel that writes rotates the key and the attention the query);
 - extend: one sequence whose first ``start`` positions already hold a cached prefix: its new
   tokens go to ``start..`` and attention reads the whole slot under a causal mask;
 - extend_batch: several such sequences in one pass, right-padded: only each row's real new
@@ -26,6 +27,7 @@ Plans tell ``update`` what the current forward pass is:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -36,6 +38,11 @@ from mcprl_inference.engine.fusions import pending_rope
 
 ATTN_IMPLEMENTATION = "mcprl_slots"
 _DECODE_KERNEL = {"name": "sdpa"}
+# With decode_write "attention": the layer's new (key, value) and the cache's semaphores,
+# from ``update`` to the split-K attention that writes them (per thread, as engines step in
+# their own threads).
+_PENDING_KV: ContextVar[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = ContextVar(
+    "mcprl_pending_kv", default=None)
 
 
 def set_decode_kernel(name: str) -> None:
@@ -76,12 +83,22 @@ def slot_attention(
     if rope is not None and not split_k:
         raise RuntimeError("an unrotated query reached an attention kernel other than the "
                            "split-K decode one (fuse kind 'rope')")
+    pending = _PENDING_KV.get()  # the new K/V not written yet (fuse kind "attn")
+    if pending is not None:
+        _PENDING_KV.set(None)
+        if not split_k:
+            raise RuntimeError("a decode step's new keys and values reached an attention "
+                               "kernel other than the split-K one, which writes them (fuse "
+                               "kind 'attn')")
     if t == 1 and attention_mask is not None:
         q = query.reshape(b, hkv, groups, d)
         if split_k:
             scale = scaling if scaling is not None else d**-0.5
-            return decode_attention(q, key, value, attention_mask.view(-1), scale,
-                                    rope=rope), None
+            new_kv, semaphores = (pending[:2], pending[2]) if pending is not None else (
+                None, None)
+            return decode_attention(q, key, value, attention_mask.view(-1), scale, rope=rope,
+                                    new_kv=new_kv, one_kernel=pending is not None,
+                                    semaphores=semaphores), None
         if _DECODE_KERNEL["name"] == "matmul":
             scale = scaling if scaling is not None else d**-0.5
             scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale
@@ -158,10 +175,12 @@ class SlotKVCache:
         self._read_range: tuple[int, int] | None = None
         self._read_len = 0
         self._row_index = torch.arange(0, device=device)
-        self.fused_decode_write = False
-        """Decode steps write K and V with one Triton kernel (``write_decode_kv``), not two
-        ``index_put``s; the model runner sets it for ``fuse`` kind ``kv`` with the split-K
-        attention."""
+        self.semaphores = torch.zeros(0, dtype=torch.int32, device=device)
+        """Zeros, one per (slot, KV head): the split-K attention's own merge counts on them."""
+        self.decode_write = "index_put"
+        """How a decode step's new K and V go in: two ``index_put``s, one Triton kernel
+        (``kernel``, ``write_decode_kv``, ``fuse`` kind ``kv``) or inside the split-K
+        attention (``attention``, ``fuse`` kind ``attn``); the model runner sets it."""
 
     # sizes -----------------------------------------------------------------------------
     @property
@@ -193,11 +212,14 @@ class SlotKVCache:
         self.kv = None  # free before the next allocation can need the memory
         self.kv, self.rows, self.capacity = new, rows, capacity
         self._row_index = torch.arange(rows, device=self.device)
+        self.semaphores = torch.zeros(rows * self.num_kv_heads, dtype=torch.int32,
+                                      device=self.device)
         return True
 
     def release(self) -> None:
         self.kv, self.rows, self.capacity = None, 0, 0
         self._row_index = torch.arange(0, device=self.device)
+        self.semaphores = torch.zeros(0, dtype=torch.int32, device=self.device)
 
     def move(self, dst: int, src: int, length: int) -> None:
         """Copy slot ``src``'s first ``length`` positions to slot ``dst`` (compaction, n > 1)."""
@@ -258,6 +280,7 @@ class SlotKVCache:
 
     def clear_plan(self) -> None:
         self._mode, self._slots, self._positions = "none", None, None
+        _PENDING_KV.set(None)  # a pass cut short leaves no K/V for the next one to write
         self._write_rows = self._write_cols = self._write_slots = self._write_pos = None
         self._read_slots, self._read_range = None, None
 
@@ -273,12 +296,14 @@ class SlotKVCache:
             return key_states, value_states
         if self._mode == "decode":
             rows = key_states.shape[0]
-            if self.fused_decode_write:
+            if self.decode_write == "attention":  # at position length - 1, by the attention
+                _PENDING_KV.set((key_states, value_states, self.semaphores))
+            elif self.decode_write == "kernel":
                 write_decode_kv(self.kv[layer_idx], self._positions, key_states, value_states,
                                 rope=pending_rope())
             elif pending_rope() is not None:
-                raise RuntimeError("an unrotated key reached the cache without the fused KV "
-                                   "write (fuse kind 'rope' needs 'kv')")
+                raise RuntimeError("an unrotated key reached the cache without a fused KV "
+                                   "write (fuse kind 'rope' needs 'kv' or 'attn')")
             else:
                 index = self._row_index[:rows]
                 k_layer[index, :, self._positions] = key_states[:, :, 0]

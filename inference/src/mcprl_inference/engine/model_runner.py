@@ -69,14 +69,23 @@ class ModelRunner:
             model.config)
         heads = cfg.num_attention_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        # With the split-K kernel, Triton is there: a decode step's KV can go in in one launch,
-        # and (rope) that write and the split-K attention can take the rotary over.
-        kv_write = fusions.KV in self._fused and self.decode_kernel == "triton"
-        if fusions.ROPE in self._fused and not (kv_write and rope_fits(self.head_dim)):
+        # With the split-K kernel, Triton is there: a decode step's KV can go in in one launch
+        # (kv) or inside the attention kernel, which then merges its own chunks (attn), and
+        # (rope) that write and the split-K attention can take the rotary over.
+        split_k = self.decode_kernel == "triton"
+        if fusions.ATTN in self._fused and not split_k:
+            (log.debug if fuse == "auto" else log.warning)(
+                "fuse kind 'attn' left off: it needs the split-K decode attention",
+                extra={"decode_attention": self.decode_kernel})
+            self._fused -= {fusions.ATTN}
+        decode_write = ("attention" if fusions.ATTN in self._fused else
+                        "kernel" if fusions.KV in self._fused and split_k else "index_put")
+        if fusions.ROPE in self._fused and not (decode_write != "index_put"
+                                                and rope_fits(self.head_dim)):
             # asked for by name, say why it is off; under auto, as kv, it just does not apply
             (log.debug if fuse == "auto" else log.warning)(
-                "fuse kind 'rope' left off: it needs 'kv', the split-K decode attention and "
-                "a head size that is a power of 2 of at least 16",
+                "fuse kind 'rope' left off: it needs 'kv' or 'attn', the split-K decode "
+                "attention and a head size that is a power of 2 of at least 16",
                 extra={"decode_attention": self.decode_kernel, "head_dim": self.head_dim})
             self._fused -= {fusions.ROPE}
         self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
@@ -101,9 +110,11 @@ class ModelRunner:
         self.vocab_size = int(self.lm_head.weight.shape[0])
         self.max_position = int(getattr(cfg, "max_position_embeddings", 4096))
         self.cache = SlotKVCache(self.num_layers, self.num_kv_heads, self.head_dim, dtype, device)
-        self.cache.fused_decode_write = kv_write
-        if self.cache.fused_decode_write:
+        self.cache.decode_write = decode_write
+        if decode_write == "kernel":
             self.fusions.append("kv write (triton)")
+        elif decode_write == "attention":
+            self.fusions.append("kv write + chunk merge in the attention (triton)")
         self.use_graphs = cuda_graphs and device.type == "cuda"
         # With the split-K kernel a graph's key is (rows bucket, LoRA key) only: capturing
         # every bucket at once costs ~a dozen captures, where per attention length it would
