@@ -227,7 +227,7 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, steps: torch.Tensor,
             drop |= probs < (batch.min_p[:, None] * probs[:, :1])
             drop[:, 0] = False
             probs = probs.masked_fill(drop, 0.0)
-            cdf = torch.cumsum(probs.double(), dim=-1)
+            cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)
             target = (u * cdf[:, -1]).unsqueeze(-1)
             pick = torch.searchsorted(cdf, target, right=True).clamp_(max=vocab - 1)
             sampled = order.gather(-1, pick).squeeze(-1)
@@ -235,7 +235,7 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, steps: torch.Tensor,
             # untouched logits at T=1: the distribution is exp(raw log-probs), no second softmax
             plain = x is logits and batch.unit_temperature
             probs = logprobs.exp() if plain else torch.softmax(x, dim=-1)
-            cdf = torch.cumsum(probs.double(), dim=-1)
+            cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)
             target = (u * cdf[:, -1]).unsqueeze(-1)
             sampled = torch.searchsorted(cdf, target, right=True).clamp_(
                 max=probs.shape[-1] - 1).squeeze(-1)
