@@ -3,7 +3,8 @@
 # the engine's fused decode path, its split-K decode attention and the trainer's update, the
 # LoRA update at the 3B shape, and the decode step: the CUDA default (all seven fusions, the
 # split-K attention, async scheduling) beside it with the KV write and chunk merge inside
-# the attention kernel (attn) at batch 64/256 with the kernel profile,
+# the attention kernel (attn) and the fused sampler (sample) at batch 64/256 with the kernel
+# profile,
 # (part "lora") serving an unmerged LoRA, and
 # (part "attention") the split-K kernel's launch configurations swept against SDPA and the
 # KV-read floor
@@ -70,12 +71,12 @@ fi
 if [[ " $PARTS " == *" decode "* ]]; then
   # The CUDA defaults (the seven fusions of fuse=auto, split-K attention, async scheduling)
   # beside the same with the KV write and the chunk merge inside the attention kernel
-  # (attn); batch 64 and 256, kernel profiles. DECODE_ARGS adds arms (e.g.
+  # (attn), and with the fused sampler too (sample); batch 64 and 256, kernel profiles. DECODE_ARGS adds arms (e.g.
   # "--decode-attention triton,sdpa --async-scheduling on,off": one change each).
-  say "decode, batch 64/256: +attn vs the default"
+  say "decode, batch 64/256: +attn+sample vs +attn vs the default"
+  base=norm+rotary+proj+mlp+kv+residual+rope
   timeout 330 python3 bench/bench_inference.py --device cuda --batches 64,256 \
-    --new-tokens 128 --engines ours \
-    --fuse norm+rotary+proj+mlp+kv+residual+rope+attn,norm+rotary+proj+mlp+kv+residual+rope \
+    --new-tokens 128 --engines ours --fuse $base+attn+sample,$base+attn,$base \
     ${DECODE_ARGS:-} --kernel-profile \
     > "$OUT/inference-decode.json" 2> "$OUT/inference-decode.log"
   say "decode: exit $?"

@@ -53,7 +53,7 @@ def _reference(model, prompt: list[int], completion: list[int]) -> list[float]:
     ("norm+rotary+proj+mlp", "sdpa"), ("norm+rotary+proj+mlp", "triton"),
     ("norm+rotary+proj+mlp+kv+residual", "triton"),
     ("norm+rotary+proj+mlp+kv+residual+rope", "triton"),
-    ("norm+rotary+proj+mlp+residual+rope+attn", "triton")])
+    ("norm+rotary+proj+mlp+residual+rope+attn+sample", "triton")])
 @pytest.mark.parametrize("model_fixture", ["tiny_test_model", "smollm2_model"])
 def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, attention: str,
                                                 request) -> None:
@@ -62,7 +62,8 @@ def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, a
     graphs too, with the merged q/k/v and gate/up GEMMs, with all of them and the compiled
     SiLU product, with those and the split-K decode attention, with its one-kernel KV
     write and the residual adds fused as well, with the rotary done by those kernels, and
-    with the KV write and the chunk merge inside the attention kernel."""
+    with the KV write and the chunk merge inside the attention kernel and the fused
+    sampler."""
 
     tiny_test_model: Path = request.getfixturevalue(model_fixture)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -74,6 +75,7 @@ def test_graph_decode_matches_forward_and_eager(model_fixture: str, fuse: str, a
             "rope" in fuse)
         assert ("kv write + chunk merge in the attention (triton)" in graphs.runner.fusions
                 ) == ("attn" in fuse)
+        assert ("sampler (triton)" in graphs.runner.fusions) == ("sample" in fuse)
         outs = _run(graphs, prompts, seed=3)
         assert graphs.runner.graph_captures > 0
         for p, o in zip(prompts, outs, strict=True):

@@ -97,7 +97,8 @@ def test_engine_decodes_the_same_with_the_split_k_kernel(tiny_test_model: Path,
                                                          tmp_path: Path) -> None:
     """The whole engine on the tiny Qwen2 model, the split-K kernel with its one-kernel KV
     write (``fuse=kv``), with the rotary left to those two kernels (``kv+rope``), and with
-    the write and the chunk merge inside the attention kernel (``attn+rope``): greedy
+    the write and the chunk merge inside the attention kernel and the fused sampler
+    (``attn+rope+sample``): greedy
     tokens and their log-probs as with SDPA, index_put and HF's rotary, with more prompts
     than slots (rows compacted and slots reused mid-flight), every other one through a LoRA
     on q/k/v (the rotary taken over comes after the adapter's delta)."""
@@ -123,6 +124,7 @@ def run(kernel, fuse):
         "rope" in fuse)
     assert ("kv write + chunk merge in the attention (triton)" in engine.runner.fusions) == (
         "attn" in fuse)
+    assert ("sampler (triton)" in engine.runner.fusions) == ("sample" in fuse)
     try:
         engine.load_lora("policy", {str(tmp_path / "adapter")!r}).result(60)
         prompts = [[(11 * i + 5 * j) % 1000 + 10 for j in range(4 + 7 * i)] for i in range(6)]
@@ -136,7 +138,7 @@ def run(kernel, fuse):
 
 sdpa = run("sdpa", "none")
 out = {{}}
-for fuse in ("kv", "kv+rope", "attn+rope"):
+for fuse in ("kv", "kv+rope", "attn+rope+sample"):
     split_k = run("triton", fuse)
     out[fuse] = {{
         "tokens": [o.token_ids for o in split_k], "want": [o.token_ids for o in sdpa],
@@ -144,7 +146,7 @@ for fuse in ("kv", "kv+rope", "attn+rope"):
                              for a, b in zip(x.logprobs, y.logprobs, strict=True))}}
 print(json.dumps(out))
 """)
-    assert set(result) == {"kv", "kv+rope", "attn+rope"}
+    assert set(result) == {"kv", "kv+rope", "attn+rope+sample"}
     for fuse, got in result.items():
         assert [len(t) for t in got["tokens"]] == [6 + 2 * i for i in range(6)], fuse
         assert got["tokens"] == got["want"], fuse

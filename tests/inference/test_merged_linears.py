@@ -173,7 +173,7 @@ def test_weights_moved_apart_run_unmerged_until_merged_again(tiny_test_model: Pa
     ("norm+rotary+proj+mlp", "cuda", {"norm", "rotary", "proj", "mlp"}),
     ("mlp+residual+kv", "cuda", {"mlp", "residual", "kv"}),
     ("kv+rope", "cuda", {"kv", "rope"}),
-    ("attn+rope", "cuda", {"attn", "rope"}),
+    ("attn+rope+sample", "cuda", {"attn", "rope", "sample"}),
 ])
 def test_fuse_settings_name_the_kinds_that_run(fuse: str, device_type: str,
                                                kinds: set[str]) -> None:

@@ -531,7 +531,8 @@ class LLMEngine:
         counts = prompt_mask = None
         if batch.any_penalty and self._counts is not None and self._prompt_mask is not None:
             counts, prompt_mask = self._counts[slots], self._prompt_mask[slots]
-        result = sample(logits, batch, steps, allowed, allowed_rows, counts, prompt_mask)
+        result = sample(logits, batch, steps, allowed, allowed_rows, counts, prompt_mask,
+                        fused=self.runner.fused_sampling)
         if self._counts is not None:
             self._counts[slots, result.tokens] += 1
         return result

@@ -19,7 +19,9 @@ rotary was one kernel a layer, ~6 us each at batch 64 on an H100; with ``rope`` 
 batch 64 took 3.96 ms against 4.23 on an H200). With ``attn`` and the split-K attention, a
 layer's decode attention is one kernel, not three: it writes the step's new keys and values
 itself (in place of ``kv``'s kernel) and the last program of each row and KV head merges
-the chunks (in place of the merge kernel). The model runner turns
+the chunks (in place of the merge kernel). With ``sample``, the sampler's common case (no
+penalty, grammar mask or filter, at most the top-1 log-prob) is one Triton kernel after the
+step instead of about a dozen (:mod:`.sampling_kernel`). The model runner turns
 all but ``norm`` on in decode steps only: prefills are bound by compute, not by kernel
 count, and the compiled rotary was slower there. Outside the engine (training, plain
 ``generate``) the model behaves exactly as before.
@@ -53,9 +55,9 @@ _NORMS = {"Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm", "Qwen3RMSNorm", "Qwe
 _MLPS = {"Qwen2MLP", "LlamaMLP", "MistralMLP", "Qwen3MLP"}
 # Decoder layers computing h += attn(norm1(h)); h += mlp(norm2(h)), nothing else.
 _LAYERS = {"Qwen2DecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer", "Qwen3DecoderLayer"}
-NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE, ATTN = (
-    "norm", "rotary", "proj", "mlp", "residual", "kv", "rope", "attn")
-KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE, ATTN)
+NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE, ATTN, SAMPLE = (
+    "norm", "rotary", "proj", "mlp", "residual", "kv", "rope", "attn", "sample")
+KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE, ATTN, SAMPLE)
 AUTO_CUDA = (NORM, ROTARY, PROJ, MLP, KV, RESIDUAL, ROPE)  # each measured faster on a GPU
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
 # With ``rope`` active: the (cos, sin) of the layer whose query and key were left unrotated,

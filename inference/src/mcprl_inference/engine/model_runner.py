@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from mcprl_inference.engine import fusions, merged_linears
+from mcprl_inference.engine import fusions, merged_linears, sampling_kernel
 from mcprl_inference.engine.decode_attention import resolve as resolve_decode_kernel
 from mcprl_inference.engine.decode_attention import rope_fits
 from mcprl_inference.engine.kv_cache import (
@@ -88,6 +88,12 @@ class ModelRunner:
                 "attention and a head size that is a power of 2 of at least 16",
                 extra={"decode_attention": self.decode_kernel, "head_dim": self.head_dim})
             self._fused -= {fusions.ROPE}
+        self.fused_sampling = fusions.SAMPLE in self._fused
+        if self.fused_sampling and not sampling_kernel.available(device):
+            log.warning("fuse kind 'sample' left off: it needs Triton on a CUDA device")
+            self._fused -= {fusions.SAMPLE}
+            self.fused_sampling = False
+        """The engine samples with :mod:`.sampling_kernel` where a batch allows it."""
         self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
                                        rotary=fusions.ROTARY in self._fused,
                                        mlp=fusions.MLP in self._fused,
@@ -115,6 +121,8 @@ class ModelRunner:
             self.fusions.append("kv write (triton)")
         elif decode_write == "attention":
             self.fusions.append("kv write + chunk merge in the attention (triton)")
+        if self.fused_sampling:
+            self.fusions.append("sampler (triton)")
         self.use_graphs = cuda_graphs and device.type == "cuda"
         # With the split-K kernel a graph's key is (rows bucket, LoRA key) only: capturing
         # every bucket at once costs ~a dozen captures, where per attention length it would

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from mcprl_inference.engine import sampling_kernel
 from mcprl_inference.engine.compiled import compiled_or_eager
 
 _M32 = 0xFFFFFFFF
@@ -193,17 +194,27 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 def sample(logits: torch.Tensor, batch: SamplingBatch, steps: torch.Tensor,
            allowed: torch.Tensor | None = None, allowed_rows: torch.Tensor | None = None,
-           counts: torch.Tensor | None = None, prompt_mask: torch.Tensor | None = None
-           ) -> SampleResult:
+           counts: torch.Tensor | None = None, prompt_mask: torch.Tensor | None = None,
+           *, fused: bool = False) -> SampleResult:
     """Sample one token per row of ``logits [B, V]`` (float32) and report raw log-probs.
 
     ``allowed`` (bool ``[R, V]``) masks the rows ``allowed_rows`` (grammar); ``counts`` and
-    ``prompt_mask`` (``[B, V]``) feed the penalties when any row has them.
+    ``prompt_mask`` (``[B, V]``) feed the penalties when any row has them. ``fused``: where
+    no row needs a penalty, a mask, a filter or more than the top-1 log-prob, one Triton
+    kernel does it all (:mod:`.sampling_kernel`, ``fuse`` kind ``sample``; the caller says
+    it can run on this device).
     """
 
+    penalties = batch.any_penalty and counts is not None and prompt_mask is not None
+    if (fused and not penalties and allowed is None and not batch.any_filter
+            and batch.max_logprobs <= 1):
+        tokens, rows = sampling_kernel.sample_rows(
+            logits, batch.temperature, batch.greedy, device_uniform(batch.seeds, steps),
+            unit_temperature=batch.unit_temperature, top1=batch.max_logprobs == 1)
+        return SampleResult(tokens, rows)
     logprobs = torch.log_softmax(logits, dim=-1)
     x = logits
-    if batch.any_penalty and counts is not None and prompt_mask is not None:
+    if penalties:
         x = apply_penalties(x, counts, prompt_mask, batch)
     if allowed is not None and allowed_rows is not None:
         x = x.clone() if x is logits else x
