@@ -71,12 +71,14 @@ fi
 if [[ " $PARTS " == *" decode "* ]]; then
   # The CUDA defaults (the seven fusions of fuse=auto, split-K attention, async scheduling)
   # beside the same with the KV write and the chunk merge inside the attention kernel
-  # (attn), and with the fused sampler too (sample); batch 64 and 256, kernel profiles. DECODE_ARGS adds arms (e.g.
+  # (attn), and with the fused sampler too (sample); batch 64 and 256 (DECODE_BATCHES),
+  # kernel profiles. DECODE_ARGS adds arms (e.g.
   # "--decode-attention triton,sdpa --async-scheduling on,off": one change each).
   say "decode, batch 64/256: +attn+sample vs +attn vs the default"
   base=norm+rotary+proj+mlp+kv+residual+rope
-  timeout 330 python3 bench/bench_inference.py --device cuda --batches 64,256 \
-    --new-tokens 128 --engines ours --fuse $base+attn+sample,$base+attn,$base \
+  timeout "${DECODE_TIMEOUT:-330}" python3 bench/bench_inference.py --device cuda \
+    --batches "${DECODE_BATCHES:-64,256}" --new-tokens 128 --engines ours \
+    --fuse $base+attn+sample,$base+attn,$base \
     ${DECODE_ARGS:-} --kernel-profile \
     > "$OUT/inference-decode.json" 2> "$OUT/inference-decode.log"
   say "decode: exit $?"
