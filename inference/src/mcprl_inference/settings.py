@@ -89,9 +89,12 @@ class InferenceSettings(ServiceSettings):
                                           "(compiled silu(gate)*up), residual (residual adds "
                                           "inside add+RMSNorm and the down GEMM), kv (one "
                                           "Triton kernel writes a decode step's K/V, with the "
-                                          "split-K attention) and rope (with kv: the rotary "
-                                          "inside that write and the attention), all but "
-                                          "norm in decode steps only; e.g. norm+proj.")
+                                          "split-K attention), rope (with kv or attn: the "
+                                          "rotary inside that write and the attention), attn "
+                                          "(the split-K attention writes the K/V and merges "
+                                          "its chunks itself: one kernel a layer) and sample "
+                                          "(the common sampling case in one Triton kernel), "
+                                          "all but norm in decode steps only; e.g. norm+proj.")
     enable_prefix_caching: bool = Field(
         True, description="Reuse the KV of earlier sequences for prompts that start with the "
                           "same tokens (vLLM --enable-prefix-caching): an agent's next turn and "

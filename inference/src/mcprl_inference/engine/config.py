@@ -57,9 +57,12 @@ class EngineConfig:
     ``engine.merged_linears``), ``mlp`` (a compiled ``silu(gate) * up``), ``residual`` (a
     layer's residual adds in a compiled add + RMSNorm and in the down projection's GEMM),
     ``kv`` (with the split-K decode attention, a decode step's K and V written by one Triton
-    kernel), ``rope`` (with ``kv``: the rotary done inside that write and the split-K
-    attention, no kernel of its own); ``auto``: all seven on CUDA (``kv`` and ``rope`` where
-    the decode attention is the split-K one), ``none`` on CPU. On an H100 (2026-12-06, batch
+    kernel), ``rope`` (with ``kv`` or ``attn``: the rotary done inside that write and the
+    split-K attention, no kernel of its own), ``attn`` (the split-K attention writes the K
+    and V itself and merges its own chunks: one kernel a layer instead of three), ``sample``
+    (the sampler's common case, no penalty, mask or filter and at most the top-1 log-prob,
+    in one Triton kernel); ``auto``: the first seven on CUDA (``kv`` and ``rope`` where the
+    decode attention is the split-K one), ``none`` on CPU. On an H100 (2026-12-06, batch
     64) ``norm+rotary+proj`` made a decode step 17% shorter than ``norm`` (6.21 against
     7.44 ms; the compiled rotary runs in decode steps only, where it was faster) and passed
     the CUDA tests (graphs, LoRA, sleep and wake); on an H200 (2026-12-07) ``rope`` took
