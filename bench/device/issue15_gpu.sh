@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 15's GPU figures in one call of a lent GPU box (10 minutes at most): the CUDA tests of
 # the engine's fused decode path, its split-K decode attention and the trainer's update, the
-# LoRA update at the 3B shape, and the decode step: the CUDA default (all seven fusions, the
-# split-K attention, async scheduling) beside it with the KV write and chunk merge inside
-# the attention kernel (attn) and the fused sampler (sample) at batch 64/256 with the kernel
-# profile,
+# LoRA update at the 3B shape, and the decode step: the CUDA default (all nine fusions, the
+# split-K attention, async scheduling) beside it without the fused sampler (sample) and
+# without the KV write and chunk merge inside the attention kernel (attn) at batch 64/256
+# with the kernel profile,
 # (part "lora") serving an unmerged LoRA, and
 # (part "attention") the split-K kernel's launch configurations swept against SDPA and the
 # KV-read floor
@@ -69,16 +69,16 @@ if [[ " $PARTS " == *" trainer "* ]]; then
 fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
-  # The CUDA defaults (the seven fusions of fuse=auto, split-K attention, async scheduling)
-  # beside the same with the KV write and the chunk merge inside the attention kernel
-  # (attn), and with the fused sampler too (sample); batch 64 and 256 (DECODE_BATCHES),
-  # kernel profiles. DECODE_ARGS adds arms (e.g.
+  # The CUDA defaults (the nine fusions of fuse=auto, split-K attention, async scheduling)
+  # beside the same without the fused sampler (sample) and without the KV write and chunk
+  # merge inside the attention kernel (attn) as well; batch 64 and 256 (DECODE_BATCHES),
+  # kernel profiles. DECODE_FUSE replaces the arms. DECODE_ARGS adds arms (e.g.
   # "--decode-attention triton,sdpa --async-scheduling on,off": one change each).
-  say "decode, batch 64/256: +attn+sample vs +attn vs the default"
+  say "decode, batch 64/256: the default vs without sample vs without attn and sample"
   base=norm+rotary+proj+mlp+kv+residual+rope
   timeout "${DECODE_TIMEOUT:-330}" python3 bench/bench_inference.py --device cuda \
     --batches "${DECODE_BATCHES:-64,256}" --new-tokens 128 --engines ours \
-    --fuse $base+attn+sample,$base+attn,$base \
+    --fuse "${DECODE_FUSE:-auto,$base+attn,$base}" \
     ${DECODE_ARGS:-} --kernel-profile \
     > "$OUT/inference-decode.json" 2> "$OUT/inference-decode.log"
   say "decode: exit $?"

@@ -166,7 +166,8 @@ def test_weights_moved_apart_run_unmerged_until_merged_again(tiny_test_model: Pa
 
 
 @pytest.mark.parametrize(("fuse", "device_type", "kinds"), [
-    ("auto", "cuda", {"norm", "rotary", "proj", "mlp", "kv", "residual", "rope"}),  # faster
+    ("auto", "cuda", {"norm", "rotary", "proj", "mlp", "kv", "residual", "rope", "attn",
+                      "sample"}),  # each measured faster
     ("auto", "cpu", set()),  # proj had no steady gain on a CPU
     ("none", "cuda", set()),
     ("proj + norm", "cpu", {"norm", "proj"}),

@@ -58,7 +58,7 @@ _LAYERS = {"Qwen2DecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer", "Qwe
 NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE, ATTN, SAMPLE = (
     "norm", "rotary", "proj", "mlp", "residual", "kv", "rope", "attn", "sample")
 KINDS = (NORM, ROTARY, PROJ, MLP, RESIDUAL, KV, ROPE, ATTN, SAMPLE)
-AUTO_CUDA = (NORM, ROTARY, PROJ, MLP, KV, RESIDUAL, ROPE)  # each measured faster on a GPU
+AUTO_CUDA = KINDS  # each measured faster on a GPU
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("mcprl_fusions", default=frozenset())
 # With ``rope`` active: the (cos, sin) of the layer whose query and key were left unrotated,
 # None where they were rotated as usual.
@@ -84,8 +84,10 @@ def parse(fuse: str, device_type: str) -> frozenset[str]:
     took a decode step at batch 64 from 7.44 to 6.21 ms, 9.50 to 7.54 with an unmerged LoRA,
     ``mlp`` then from 5.79 to 5.68 ms (7.13 to 7.00 with the LoRA), ``kv+residual`` from
     5.52 to 5.15 ms (another H100, the split-K attention), ``rope`` from 4.23 to 3.96 ms
-    (an H200; 6.70 to 6.30 at batch 256), and each passed the CUDA tests. ``kv`` and ``rope``
-    need the split-K attention (the CUDA default); the runner leaves them out without it.
+    (an H200; 6.70 to 6.30 at batch 256), ``attn`` from 4.66 to 4.60 ms and ``sample`` then
+    to 4.24 (an H100, 2026-12-07), and each passed the CUDA tests. ``kv``, ``rope`` and
+    ``attn`` need the split-K attention (the CUDA default); the runner leaves them out
+    without it (and ``kv``'s own kernel with ``attn``, which writes the K/V itself).
     On a CPU it is nothing: ``proj`` measured no steady gain there
     (bench/bench_inference.py --fuse none,proj)."""
 
