@@ -338,20 +338,22 @@ def test_on_cuda_the_attention_writes_the_new_kv_and_merges_its_chunks_itself() 
 def test_rope_and_attn_are_left_off_without_the_kernels_that_take_them_over(
         tiny_test_model: Path, caplog: pytest.LogCaptureFixture) -> None:
     """``rope`` and ``attn`` without the split-K attention would leave the rotary and the KV
-    write undone: the runner turns them off, says so, and the model decodes with HF's rotary
-    and the index_put write."""
+    write undone, ``sample`` without Triton on the device could not run: the runner turns
+    them off, says so, and the model decodes with HF's rotary, the index_put write and the
+    torch sampler."""
 
     from mcprl_inference.engine import EngineConfig, LLMEngine, SamplingParams
 
     engine = LLMEngine.from_pretrained(str(tiny_test_model), EngineConfig(
         device="cpu", dtype="float32", max_batch_size=2, max_model_len=64,
-        fuse="norm+rope+attn")).start()
+        fuse="norm+rope+attn+sample")).start()
     try:
         assert not any("rotary" in f or "kv write" in f for f in engine.runner.fusions), (
             engine.runner.fusions)
         assert engine.runner.cache.decode_write == "index_put"
         assert "fuse kind 'rope' left off" in caplog.text
         assert "fuse kind 'attn' left off" in caplog.text
+        assert "fuse kind 'sample' left off" in caplog.text and not engine.runner.fused_sampling
         out = engine.add_request([5, 6, 7], SamplingParams(max_tokens=4, temperature=0.0,
                                                            ignore_eos=True)).result(60)
         assert len(out.outputs[0].token_ids) == 4

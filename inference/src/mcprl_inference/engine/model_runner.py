@@ -90,7 +90,8 @@ class ModelRunner:
             self._fused -= {fusions.ROPE}
         self.fused_sampling = fusions.SAMPLE in self._fused
         if self.fused_sampling and not sampling_kernel.available(device):
-            log.warning("fuse kind 'sample' left off: it needs Triton on a CUDA device")
+            (log.debug if fuse == "auto" else log.warning)(
+                "fuse kind 'sample' left off: it needs Triton on a CUDA device")
             self._fused -= {fusions.SAMPLE}
             self.fused_sampling = False
         """The engine samples with :mod:`.sampling_kernel` where a batch allows it."""
