@@ -14,6 +14,12 @@ parallel, each with an online softmax over all the query heads of its KV group (
 is read once per KV head, as grouped-query attention allows), then merges the chunks by
 their log-sum-exp. Each sequence stops at its own length, read from a tensor: the window is
 the whole slot, the graph does not depend on it, and no mask is built or read.
+
+As one kernel (``fuse`` kind ``attn``), the chunk programs also write the step's new key and
+value (the program whose chunk holds the row's last position, before it reads) and merge
+their own chunks (the last program of each sequence and KV head, counted on a semaphore), in
+place of a KV-write kernel before and a merge kernel after: on an H100 a layer's attention
+at batch 64 took 19.15 us against 21.81 for the three launches (docs/benchmarks.md).
 """
 
 from __future__ import annotations
