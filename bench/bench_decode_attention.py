@@ -24,7 +24,6 @@ import dataclasses
 import json
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "inference" / "src"))
 
 import torch  # noqa: E402
-from device_floor import copy_bandwidth, sync  # noqa: E402  (bench/, the script's own folder)
+from device_floor import copy_bandwidth, device_ms  # noqa: E402  (bench/, the script's own folder)
 from model_shapes import QWEN25_3B  # noqa: E402
 
 from mcprl_inference.engine import decode_attention as split_k  # noqa: E402
@@ -54,35 +53,6 @@ def parse_config(text: str) -> split_k.KernelConfig:
     return split_k.KernelConfig(block_n, warps, stages, per_sm)
 
 
-def device_ms(fn: Any, reps: int, device: torch.device) -> float:
-    """Milliseconds per call of ``fn``: replayed from a CUDA graph of ``reps`` calls on CUDA
-    (no launch overhead), wall time elsewhere."""
-
-    fn()  # compile (Triton) and warm up
-    sync(device)
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        return (time.perf_counter() - t0) / reps * 1e3
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    sync(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        graph.replay()
-    end.record()
-    sync(device)
-    return start.elapsed_time(end) / (3 * reps)
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor

@@ -25,13 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from device_floor import copy_bandwidth, sync  # bench/, the script's own folder
+from device_floor import copy_bandwidth, device_ms  # bench/, the script's own folder
 from model_shapes import QWEN25_3B
 
 
@@ -47,33 +46,6 @@ def projections(shape: dict[str, Any]) -> dict[str, tuple[int, int, bool, int]]:
             "lm_head": (shape["vocab_size"], hidden, False, 1)}
 
 
-def graph_ms(step: Callable[[], Any], device: torch.device, reps: int = 5) -> float:
-    """Milliseconds per replay of ``step`` captured in a CUDA graph (wall time on a CPU)."""
-
-    step()
-    sync(device)
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            step()
-        return (time.perf_counter() - t0) / reps * 1e3
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    graph.replay()
-    sync(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    sync(device)
-    return start.elapsed_time(end) / reps
 
 
 def bench_projection(name: str, out_f: int, in_f: int, bias: bool, calls: int, batch: int,
@@ -104,8 +76,8 @@ def bench_projection(name: str, out_f: int, in_f: int, bias: bool, calls: int, b
         try:
             error = max((fn(x, w, b).float() - ref).abs().max().item() for w, b, ref in zip(
                 weights[:2], biases[:2], want, strict=True))
-            ms = graph_ms(lambda fn=fn: [fn(x, w, b) for w, b in zip(weights, biases,
-                                                                     strict=True)], device)
+            ms = device_ms(lambda fn=fn: [fn(x, w, b) for w, b in zip(weights, biases,
+                                                                      strict=True)], 5, device)
         except Exception as exc:  # an arm this device or torch cannot run: say so, go on
             row["arms"][arm] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             continue

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,28 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "inference" / "src"))
 
 import torch  # noqa: E402
-from device_floor import copy_bandwidth, sync  # noqa: E402  (bench/, the script's own folder)
+from device_floor import copy_bandwidth, device_ms  # noqa: E402  (bench/, the script's own folder)
 from model_shapes import QWEN25_3B  # noqa: E402
 
 from mcprl_inference.engine import sampling_kernel  # noqa: E402
 from mcprl_inference.engine.sampling import SamplingBatch, SamplingParams, sample  # noqa: E402
-
-
-def ms_per_call(fn: Any, reps: int, device: torch.device) -> float:
-    fn()
-    sync(device)
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        return (time.perf_counter() - t0) / reps * 1e3
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    sync(device)
-    return start.elapsed_time(end) / reps
 
 
 def bench_batch(batch: int, args: argparse.Namespace, device: torch.device,
@@ -63,7 +45,7 @@ def bench_batch(batch: int, args: argparse.Namespace, device: torch.device,
     tokens = {}
     for name, fn in arms.items():
         tokens[name] = fn().tokens
-        ms = ms_per_call(lambda fn=fn: fn().tokens, args.reps, device)
+        ms = device_ms(lambda fn=fn: fn().tokens, args.reps, device, graph=False)
         row["arms"][name] = {"us": round(ms * 1e3, 2), "share_of_floor": round(floor_ms / ms, 3)}
     row["tokens_differ"] = int((tokens["torch"] != tokens["fused"]).sum())
     row["fused_speedup"] = round(row["arms"]["torch"]["us"] / row["arms"]["fused"]["us"], 3)

@@ -73,27 +73,26 @@ class ModelRunner:
         # (kv) or inside the attention kernel, which then merges its own chunks (attn), and
         # (rope) that write and the split-K attention can take the rotary over.
         split_k = self.decode_kernel == "triton"
-        if fusions.ATTN in self._fused and not split_k:
+
+        def leave_off(kind: str, needs: str, **extra: Any) -> None:
+            # asked for by name, say why it is off; under auto it just does not apply here
             (log.debug if fuse == "auto" else log.warning)(
-                "fuse kind 'attn' left off: it needs the split-K decode attention",
-                extra={"decode_attention": self.decode_kernel})
-            self._fused -= {fusions.ATTN}
+                f"fuse kind '{kind}' left off: it needs {needs}", extra=extra)
+            self._fused -= {kind}
+
+        if fusions.ATTN in self._fused and not split_k:
+            leave_off(fusions.ATTN, "the split-K decode attention",
+                      decode_attention=self.decode_kernel)
         decode_write = ("attention" if fusions.ATTN in self._fused else
                         "kernel" if fusions.KV in self._fused and split_k else "index_put")
         if fusions.ROPE in self._fused and not (decode_write != "index_put"
                                                 and rope_fits(self.head_dim)):
-            # asked for by name, say why it is off; under auto, as kv, it just does not apply
-            (log.debug if fuse == "auto" else log.warning)(
-                "fuse kind 'rope' left off: it needs 'kv' or 'attn', the split-K decode "
-                "attention and a head size that is a power of 2 of at least 16",
-                extra={"decode_attention": self.decode_kernel, "head_dim": self.head_dim})
-            self._fused -= {fusions.ROPE}
+            leave_off(fusions.ROPE, "'kv' or 'attn', the split-K decode attention and a head "
+                      "size that is a power of 2 of at least 16",
+                      decode_attention=self.decode_kernel, head_dim=self.head_dim)
+        if fusions.SAMPLE in self._fused and not sampling_kernel.available(device):
+            leave_off(fusions.SAMPLE, "Triton on a CUDA device")
         self.fused_sampling = fusions.SAMPLE in self._fused
-        if self.fused_sampling and not sampling_kernel.available(device):
-            (log.debug if fuse == "auto" else log.warning)(
-                "fuse kind 'sample' left off: it needs Triton on a CUDA device")
-            self._fused -= {fusions.SAMPLE}
-            self.fused_sampling = False
         """The engine samples with :mod:`.sampling_kernel` where a batch allows it."""
         self.fusions = fusions.install(model, norm=fusions.NORM in self._fused,
                                        rotary=fusions.ROTARY in self._fused,
