@@ -5,7 +5,8 @@
 # split-K attention, async scheduling) beside it without the fused sampler (sample) and
 # without the KV write and chunk merge inside the attention kernel (attn) at batch 64/256
 # with the kernel profile,
-# (part "lora") serving an unmerged LoRA, and
+# (part "lora") serving an unmerged LoRA, (part "sampler") the fused sampler's CUDA test and
+# bench (bench/bench_sampler.py), and
 # (part "attention") the split-K kernel's launch configurations swept against SDPA and the
 # KV-read floor
 # (bench/bench_decode_attention.py). Each part has its own time limit, so a slow one leaves
@@ -16,9 +17,10 @@
 #
 # Here, before the call: `make gpu-wheels tiny-model`. What comes back in $OUT: gpu.txt,
 # cuda-tests.log, trainer-update.json (+ .log), inference-decode.json and inference-lora.json
-# (+ .log), decode-attention.json (+ .log). Keep the JSON as
+# (+ .log), decode-attention.json and sampler.json (+ .log). Keep the JSON as
 # docs/bench/trainer-update-<card>-<date>.json and inference-<card>-<what>-<date>.json.
-# PARTS (default "tests trainer decode attention"; "lora" besides) picks the parts;
+# PARTS (default "tests trainer decode attention"; "lora" and "sampler" besides) picks the
+# parts;
 # ATTENTION_ARGS replaces the attention sweep's batches (e.g. "--batches 64 --configs 64x4x2x4").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -89,6 +91,15 @@ if [[ " $PARTS " == *" lora "* ]]; then
     --engines lora-unmerged --fuse norm+rotary+proj+mlp,norm+rotary+proj+mlp+residual \
     > "$OUT/inference-lora.json" 2> "$OUT/inference-lora.log"
   say "decode (LoRA): exit $?"
+fi
+if [[ " $PARTS " == *" sampler "* ]]; then
+  say "sampler: the fused kernel's CUDA test, then torch vs a program a row vs chunks"
+  timeout 120 python3 -m pytest -q -o addopts="--import-mode=importlib -ra" \
+    -p no:cacheprovider -W ignore tests/inference/test_sampling.py > "$OUT/sampler.log" 2>&1
+  say "sampler test: exit $? ($(tail -1 "$OUT/sampler.log"))"
+  timeout 90 python3 bench/bench_sampler.py --device cuda --batches 64,256 \
+    > "$OUT/sampler.json" 2>> "$OUT/sampler.log"
+  say "sampler bench: exit $?"
 fi
 if [[ " $PARTS " == *" attention "* ]]; then
   say "decode attention: split-K configurations vs SDPA and the floor"
