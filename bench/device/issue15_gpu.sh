@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
-# Issue 15's GPU figures in one call of a lent GPU box (10 minutes at most): the CUDA tests of
-# the engine's fused decode path, its split-K decode attention and the trainer's update, the
-# LoRA update at the 3B shape, and the decode step: the CUDA default (all nine fusions, the
-# split-K attention, async scheduling) beside it without the fused sampler (sample) and
-# without the KV write and chunk merge inside the attention kernel (attn) at batch 64/256
-# with the kernel profile,
-# (part "lora") serving an unmerged LoRA, (part "sampler") the fused sampler's CUDA test and
-# bench (bench/bench_sampler.py), and
-# (part "attention") the split-K kernel's launch configurations swept against SDPA and the
-# KV-read floor
-# (bench/bench_decode_attention.py). Each part has its own time limit, so a slow one leaves
-# the others' results. The RL step itself is bench/device/rl_step.sh.
+# Issue 15's GPU figures in one call of a lent GPU box (10 minutes at most). Parts (PARTS,
+# default "tests trainer decode attention"), each with its own time limit, so a slow one
+# leaves the others' results:
+#   tests      the CUDA tests of the engine's fused decode path, its split-K attention, the
+#              fused sampler and the trainer's update (cuda-tests.log)
+#   trainer    the LoRA update at the 3B shape, 8 x 4096 (trainer-update.json + .log)
+#   update-rl  the update at the RL step's shape, 64 x 768 with a shared prompt, by micro-batch
+#              size, with kernel profiles (trainer-update-rl.json + .log)
+#   decode     the decode step: the CUDA default (all nine fusions, split-K attention, async
+#              scheduling) beside it without the fused sampler (sample) and without the KV
+#              write and chunk merge inside the attention kernel (attn), batch 64/256, with
+#              the kernel profile (inference-decode.json + .log)
+#   lora       decode serving an unmerged LoRA (inference-lora.json + .log)
+#   sampler    the fused sampler's CUDA test and bench/bench_sampler.py (sampler.json + .log)
+#   attention  the split-K kernel's launch configurations against SDPA and the KV-read floor,
+#              bench/bench_decode_attention.py (decode-attention.json + .log)
+# gpu.txt names the card. The RL step itself is bench/device/rl_step.sh.
 #
 #   carry [".whl", "models/tiny-test"]:  PARTS="tests decode" bash bench/device/issue15_gpu.sh
 #   then, on the warm machine:            PARTS=trainer bash bench/device/issue15_gpu.sh
 #
-# Here, before the call: `make gpu-wheels tiny-model`. What comes back in $OUT: gpu.txt,
-# cuda-tests.log, trainer-update.json (+ .log), inference-decode.json and inference-lora.json
-# (+ .log), decode-attention.json and sampler.json (+ .log). Keep the JSON as
+# Here, before the call: `make gpu-wheels tiny-model`. Keep the JSON as
 # docs/bench/trainer-update-<card>-<date>.json and inference-<card>-<what>-<date>.json.
-# PARTS (default "tests trainer decode attention"; "lora" and "sampler" besides) picks the
-# parts;
+# DECODE_BATCHES, DECODE_FUSE, DECODE_ARGS and DECODE_TIMEOUT shape the decode part;
 # ATTENTION_ARGS replaces the attention sweep's batches (e.g. "--batches 64 --configs 64x4x2x4").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -68,6 +70,21 @@ if [[ " $PARTS " == *" trainer "* ]]; then
     --arm lean12k:gradient_checkpointing=false,liger_kernels=true,micro_batch_tokens=12288 \
     > "$OUT/trainer-update.json" 2> "$OUT/trainer-update.log"
   say "LoRA update: exit $?"
+fi
+
+if [[ " $PARTS " == *" update-rl "* ]]; then
+  # The update as the RL step runs it (64 rows of ~768 tokens, the first 448 shared, 30%
+  # sampled; no checkpointing, a shared-prefix pass per micro-batch): micro-batches of 6k
+  # tokens (the step's) against 12k and 24k, with the kernel profile of one step each.
+  say "LoRA update, the RL step's shape: 64 x 768, shared prompt"
+  lean=gradient_checkpointing=false,liger_kernels=true,shared_prefix=true
+  timeout "${UPDATE_RL_TIMEOUT:-200}" python3 bench/bench_trainer.py --device cuda \
+    --model-shape qwen2.5-3b --batch 64 --seq 768 --turns 1 --trained-frac 0.3 \
+    --shared-prompt 448 --micro-batch-tokens 6144 --steps 3 --no-builtin \
+    --arm "rl6k:$lean,micro_batch_tokens=6144" --arm "rl12k:$lean,micro_batch_tokens=12288" \
+    --arm "rl24k:$lean,micro_batch_tokens=24576" --kernel-profile \
+    > "$OUT/trainer-update-rl.json" 2> "$OUT/trainer-update-rl.log"
+  say "LoRA update (RL shape): exit $?"
 fi
 
 if [[ " $PARTS " == *" decode "* ]]; then
