@@ -66,6 +66,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shared-prefix", action="store_true",
                    help="our update runs the prompt a micro-batch's rows share once (needs "
                         "--gradient-checkpointing off; a group per micro-batch: 8 x 768 = 6144)")
+    p.add_argument("--liger-kernels", action="store_true",
+                   help="our update with train.liger_kernels (CUDA: Liger's RMSNorm and SwiGLU "
+                        "kernels); TRL's side keeps its default (off)")
     p.add_argument("--sync-checkpoint", action="store_true",
                    help="our step writes the whole checkpoint before publishing "
                         "(background_checkpoints: false; the default writes the adapter, "
@@ -152,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                         prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
                         gradient_checkpointing=None if args.gradient_checkpointing is None
                         else args.gradient_checkpointing == "on",
-                        shared_prefix=args.shared_prefix or None)
+                        shared_prefix=args.shared_prefix or None,
+                        liger_kernels=args.liger_kernels or None)
     micro = args.micro_batch_tokens or (32768 if args.shape == "3b" else 4096)
     tmp = tempfile.TemporaryDirectory(prefix="rl-step-") if args.workdir is None else None
     workdir = Path(tmp.name) if tmp is not None else args.workdir

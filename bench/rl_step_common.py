@@ -44,6 +44,7 @@ class Workload:
     lr: float = 1e-5
     gradient_checkpointing: bool = True
     shared_prefix: bool = False  # ours: a micro-batch's common prompt runs once (exact grads)
+    liger_kernels: bool = False  # ours: Liger's RMSNorm and SwiGLU kernels in the update
     seed: int = 0
 
     @property

@@ -117,7 +117,7 @@ def run_config(work: Workload, model_dir: Path, engine_url: str, out: Path, devi
         "train": {"lr": work.lr, "device": device, "skip_zero_variance": False,
                   "micro_batch_tokens": micro_batch_tokens, "shared_prefix": work.shared_prefix,
                   "gradient_checkpointing": work.gradient_checkpointing,
-                  "max_staleness": max_staleness},
+                  "liger_kernels": work.liger_kernels, "max_staleness": max_staleness},
         "eval": {"every": 0}, "status": {"enabled": False},
         "background_checkpoints": background_checkpoints,
     })

@@ -74,15 +74,17 @@ fi
 
 if [[ " $PARTS " == *" update-rl "* ]]; then
   # The update as the RL step runs it (64 rows of ~768 tokens, the first 448 shared, 30%
-  # sampled; no checkpointing, a shared-prefix pass per micro-batch): micro-batches of 6k
-  # tokens (the step's) against 12k and 24k, with the kernel profile of one step each.
+  # sampled; no checkpointing, a shared-prefix pass per micro-batch of 6k tokens: the bench's
+  # own ours_shared_prefix arm) beside the same with Liger's kernels at 6k, 12k and 24k tokens
+  # a micro-batch, with the kernel profile of one step each.
   say "LoRA update, the RL step's shape: 64 x 768, shared prompt"
   lean=gradient_checkpointing=false,liger_kernels=true,shared_prefix=true
-  timeout "${UPDATE_RL_TIMEOUT:-200}" python3 bench/bench_trainer.py --device cuda \
+  timeout "${UPDATE_RL_TIMEOUT:-220}" python3 bench/bench_trainer.py --device cuda \
     --model-shape qwen2.5-3b --batch 64 --seq 768 --turns 1 --trained-frac 0.3 \
     --shared-prompt 448 --micro-batch-tokens 6144 --steps 3 --no-builtin \
-    --arm "rl6k:$lean,micro_batch_tokens=6144" --arm "rl12k:$lean,micro_batch_tokens=12288" \
-    --arm "rl24k:$lean,micro_batch_tokens=24576" --kernel-profile \
+    --arm "liger6k:$lean,micro_batch_tokens=6144" \
+    --arm "liger12k:$lean,micro_batch_tokens=12288" \
+    --arm "liger24k:$lean,micro_batch_tokens=24576" --kernel-profile \
     > "$OUT/trainer-update-rl.json" 2> "$OUT/trainer-update-rl.log"
   say "LoRA update (RL shape): exit $?"
 fi
