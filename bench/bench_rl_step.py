@@ -119,7 +119,8 @@ def setup_info(device: str, work: Any) -> dict[str, Any]:
         "engine_env": {k: v for k, v in sorted(os.environ.items())
                        if k in ("INFERENCE_FUSE", "INFERENCE_DECODE_ATTENTION",
                                 "INFERENCE_CUDA_GRAPHS", "INFERENCE_LORA_MODE",
-                                "INFERENCE_ASYNC_SCHEDULING")},
+                                "INFERENCE_ASYNC_SCHEDULING",
+                                "INFERENCE_SCHEDULER_DELAY_FACTOR")},
     }
 
 

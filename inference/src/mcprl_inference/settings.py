@@ -106,6 +106,11 @@ class InferenceSettings(ServiceSettings):
         None, description="Launch each decode step before the host reads the step before "
                           "(vLLM --async-scheduling), so the GPU does not wait while the host "
                           "takes tokens and checks stops; unset: on with CUDA, off on CPU.")
+    scheduler_delay_factor: float = Field(
+        0.0, ge=0, le=100, description="While a batch decodes, hold new prompts until the "
+        "oldest has waited this many times the last prefill's time (vLLM "
+        "--scheduler-delay-factor): a burst of requests arriving over a few milliseconds "
+        "prefills in one pass. 0: admit at every step; an idle engine admits at once.")
     profile: bool = Field(
         False, description="Time each decode step's forward pass and sampling apart with CUDA "
                            "events (mcprl_inference_decode_forward_seconds_total, "
@@ -137,6 +142,7 @@ class InferenceSettings(ServiceSettings):
             enable_prefix_caching=self.enable_prefix_caching,
             prefix_cache_memory_gb=self.prefix_cache_memory_gb, profile=self.profile,
             async_scheduling=self.async_scheduling,
+            scheduler_delay_factor=self.scheduler_delay_factor,
         )
 
     def static_loras(self) -> list[tuple[str, str]]:

@@ -74,6 +74,12 @@ class EngineConfig:
     stops; a sequence that stopped costs one wasted row of the step after. ``None``: on with
     CUDA (on an H100 a batch-64 decode step took 5.28 ms against 5.52, docs/benchmarks.md),
     off on a CPU, where nothing runs asynchronously and the row is only waste."""
+    scheduler_delay_factor: float = 0.0
+    """While a batch decodes, new prompts wait until the oldest of them has waited this many
+    times the last prefill's host time (vLLM's ``--scheduler-delay-factor``), so a burst of
+    requests that trickles in over HTTP prefills in one pass instead of one pass per decode
+    step. 0 (vLLM's default): admit at every step. An idle engine admits at once either way,
+    and a request never waits past the running batch's end."""
     enable_prefix_caching: bool = True
     """Reuse the KV of earlier sequences for prompts that start with the same tokens (vLLM's
     ``--enable-prefix-caching``; see ``engine.prefix_cache``)."""

@@ -111,6 +111,7 @@ class LLMEngine:
         self._slots: torch.Tensor | None = None
         # async scheduling: the decode step launched before the host read the one before it
         self._ahead: SampleResult | None = None
+        self._last_prefill_s = 0.0  # host time of the last prefill (scheduler_delay_factor)
         self._ahead_seqs: list[SequenceState] = []
         self.async_scheduling = (self.device.type == "cuda"
                                  if self.config.async_scheduling is None
@@ -340,8 +341,9 @@ class LLMEngine:
         self._fail_running(EngineError("the engine is shutting down", "unavailable"))
 
     def _step(self) -> None:
+        admit = self._admission_due()
         if self._ahead is not None and (self._aborted or self._commands or (
-                self._waiting and len(self._running) < self.config.max_batch_size)):
+                admit and self._waiting and len(self._running) < self.config.max_batch_size)):
             self._drain()  # what follows may change the batch: nothing may be in flight
         self._process_aborts()
         if self._commands:
@@ -350,12 +352,27 @@ class LLMEngine:
         elif self._sleeping:
             self._fail_waiting(EngineError("The engine is sleeping; call POST /wake_up first.",
                                            "unavailable"))
-        else:
+        elif admit:
             self._admit()
         decode_batch = len(self._running)
         if self._running:
             self._decode()
         self.observer.on_step(len(self._running), len(self._waiting), decode_batch)
+
+    def _admission_due(self) -> bool:
+        """Whether waiting prompts may join now. An idle engine admits at once; a decoding
+        one, with ``scheduler_delay_factor`` > 0, once the oldest waiting request has waited
+        that many times the last prefill's host time (vLLM's delay): requests that trickle
+        in over HTTP then prefill in one pass, not one pass per decode step each."""
+
+        factor = self.config.scheduler_delay_factor
+        if not factor or not self._running:
+            return True
+        with self._cv:
+            if not self._waiting:
+                return True
+            oldest = self._waiting[0].arrival
+        return time.perf_counter() - oldest >= factor * self._last_prefill_s
 
     def _run_commands(self) -> None:
         while True:
@@ -504,7 +521,8 @@ class LLMEngine:
         self.stats.prefill_batches += 1
         self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
         self.stats.cached_prompt_tokens += sum(r.cached_tokens for r in requests)
-        self.stats.prefill_time_s += time.perf_counter() - t0
+        self._last_prefill_s = time.perf_counter() - t0
+        self.stats.prefill_time_s += self._last_prefill_s
         now = time.perf_counter()
         for req in requests:
             req.first_token = now
