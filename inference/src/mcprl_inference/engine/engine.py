@@ -111,8 +111,8 @@ class LLMEngine:
         self._slots: torch.Tensor | None = None
         # async scheduling: the decode step launched before the host read the one before it
         self._ahead: SampleResult | None = None
-        self._last_prefill_s = 0.0  # host time of the last prefill (scheduler_delay_factor)
         self._ahead_seqs: list[SequenceState] = []
+        self._last_prefill_s = 0.0  # host time of the last prefill (scheduler_delay_factor)
         self.async_scheduling = (self.device.type == "cuda"
                                  if self.config.async_scheduling is None
                                  else self.config.async_scheduling)
