@@ -112,7 +112,7 @@ if [[ " $PARTS " == *" lora "* ]]; then
   say "decode (LoRA): exit $?"
 fi
 if [[ " $PARTS " == *" sampler "* ]]; then
-  say "sampler: the fused kernel's CUDA test, then torch vs a program a row vs chunks"
+  say "sampler: the fused kernel's CUDA test, then the torch path vs the kernel"
   timeout 120 python3 -m pytest -q -o addopts="--import-mode=importlib -ra" \
     -p no:cacheprovider -W ignore tests/inference/test_sampling.py > "$OUT/sampler.log" 2>&1
   say "sampler test: exit $? ($(tail -1 "$OUT/sampler.log"))"
