@@ -54,6 +54,16 @@ class KernelConfig:
 # The one configuration measured in the engine so far (H100, docs/benchmarks.md): not tuned.
 DEFAULT_CONFIG = KernelConfig()
 BLOCK_N = DEFAULT_CONFIG.block_n
+# A float32 model's tiles are twice as wide in registers: at head size 128 the default
+# spilled 360 B a thread to the stack on sm_90 (ptxas, tests/inference/test_triton_compile.py);
+# half the keys per iteration over twice the warps keeps it in 54 registers.
+FLOAT32_CONFIG = KernelConfig(block_n=32, num_warps=8)
+
+
+def config_for(dtype: torch.dtype) -> KernelConfig:
+    """The launch configuration for a model of ``dtype``."""
+
+    return FLOAT32_CONFIG if dtype == torch.float32 else DEFAULT_CONFIG
 
 
 def available(device: torch.device) -> bool:
@@ -346,7 +356,7 @@ def write_decode_kv(layer_kv: torch.Tensor, positions: torch.Tensor, key: torch.
 
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      lengths: torch.Tensor, scale: float, *, splits: int | None = None,
-                     config: KernelConfig = DEFAULT_CONFIG,
+                     config: KernelConfig | None = None,
                      rope: tuple[torch.Tensor, torch.Tensor] | None = None,
                      new_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
                      one_kernel: bool = False,
@@ -356,9 +366,10 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     ``L``: a length past the window reads the whole window, never memory beyond it).
 
     Returns ``[B, 1, Hkv * G, D]`` (the layout the model's output projection reads, so no
-    transpose copy follows). ``splits`` defaults to :func:`num_splits` for this device and
-    ``config``. ``rope``: the model's (cos, sin) for these rows, for a query that is still
-    unrotated (each program rotates the few query heads it loads, ``fuse`` kind ``rope``).
+    transpose copy follows). ``config`` defaults to :func:`config_for` the query's dtype,
+    ``splits`` to :func:`num_splits` for this device and ``config``. ``rope``: the model's
+    (cos, sin) for these rows, for a query that is still unrotated (each program rotates
+    the few query heads it loads, ``fuse`` kind ``rope``).
 
     ``new_kv``: this step's keys and values (``[B, Hkv, 1, D]``, unrotated with ``rope``),
     not yet in ``key``/``value``: they go in at position ``lengths[b] - 1`` inside the
@@ -379,6 +390,7 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     if new_key.stride(-1) != 1 or new_value.stride(-1) != 1:
         raise ValueError("decode_attention needs new keys and values with a contiguous last "
                          "(head_dim) axis")
+    config = config or config_for(query.dtype)
     block = config.block_n
     if splits is None:
         sms = _sms(query.device.index or 0) if query.is_cuda else 32
