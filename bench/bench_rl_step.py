@@ -64,8 +64,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="override the workload's (the anchor's: on at 3b); off trades memory "
                         "for the recomputed forward (pair it with --micro-batch-tokens)")
     p.add_argument("--shared-prefix", action="store_true",
-                   help="our update runs the prompt a micro-batch's rows share once (needs "
-                        "--gradient-checkpointing off; a group per micro-batch: 8 x 768 = 6144)")
+                   help="our update runs each group's prompt once per micro-batch (needs "
+                        "--gradient-checkpointing off; 8 x 768 = 6144 tokens hold a group)")
     p.add_argument("--liger-kernels", action="store_true",
                    help="our update with train.liger_kernels (CUDA: Liger's RMSNorm and SwiGLU "
                         "kernels); TRL's side keeps its default (off)")

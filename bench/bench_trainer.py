@@ -84,20 +84,31 @@ def build_base(shape: str, device: torch.device, dtype: torch.dtype):
 
 
 def make_samples(n: int, seq: int, vocab: int, turns: int, trained_frac: float,
-                 seed: int = 0, shared: int = 0) -> list[TrainSample]:
+                 seed: int = 0, shared: int = 0, group_size: int = 0) -> list[TrainSample]:
     """Rows of ~seq tokens: a prompt (its first ``shared`` tokens the same in every row, as a
-    system prompt + tool schemas are), then `turns` x (sampled segment, tool segment)."""
+    system prompt + tool schemas are), then `turns` x (sampled segment, tool segment).
+
+    ``group_size``: rows come in GRPO groups, the rollouts of one task: every row of a group
+    has its first row's whole prompt, and its own length and continuation."""
 
     rng = random.Random(seed)
     common = [rng.randrange(vocab) for _ in range(shared)]
     out = []
+    head: list[int] = []  # the prompt of the current group
     for i in range(n):
         length = int(seq * rng.uniform(0.9, 1.0))
         sampled_total = int(length * trained_frac)
         prompt = length - sampled_total - (turns - 1) * max(1, length // (8 * turns))
         if shared > prompt:
             raise SystemExit(f"--shared-prompt {shared} is longer than the prompt ({prompt})")
-        ids = common + [rng.randrange(vocab) for _ in range(length - shared)]
+        tools = (turns - 1) * max(1, length // (8 * turns))
+        if group_size and i % group_size:  # the group's prompt, the rest its own
+            prompt = min(len(head), length - tools - turns)
+            sampled_total = length - prompt - tools
+            ids = head[:prompt] + [rng.randrange(vocab) for _ in range(length - prompt)]
+        else:
+            ids = common + [rng.randrange(vocab) for _ in range(length - shared)]
+            head = ids[:prompt]
         mask = [0] * length
         pos, per_turn = max(prompt, 1), sampled_total // turns
         for _ in range(turns):
@@ -253,6 +264,9 @@ def main() -> None:
     parser.add_argument("--shared-prompt", type=int, default=0,
                         help="tokens every row starts with; > 0 adds ours with "
                              "train.shared_prefix (that start run once per micro-batch)")
+    parser.add_argument("--group-size", type=int, default=0,
+                        help="rows come in groups of this many with one prompt (a GRPO "
+                             "group's rollouts); > 0 adds ours with train.shared_prefix")
     parser.add_argument("--arm", type=parse_arm, action="append", default=[],
                         help="NAME:field=value,...: ours under other train settings")
     parser.add_argument("--builtin", action=argparse.BooleanOptionalAction, default=True,
@@ -271,10 +285,11 @@ def main() -> None:
         "torch": torch.__version__, "model_shape": args.model_shape, "dtype": str(dtype),
         "batch": args.batch, "seq": args.seq, "turns": args.turns,
         "trained_frac": args.trained_frac, "micro_batch_tokens": args.micro_batch_tokens,
+        "shared_prompt": args.shared_prompt, "group_size": args.group_size,
         "gradient_checkpointing": args.gradient_checkpointing, "lora": "r=8 alpha=16 all-linear",
     }
     arms: dict[str, dict[str, Any]] = {"ours": {}, "full_logits": {}} if args.builtin else {}
-    if args.shared_prompt:
+    if args.shared_prompt or args.group_size:
         arms["ours_shared_prefix"] = {"shared_prefix": True}
     arms.update(dict(args.arm))
     for name, overrides in arms.items():
@@ -282,7 +297,8 @@ def main() -> None:
         base = build_base(args.model_shape, device, dtype)
         model = prepare_policy(base, LoraSettings(), arm_cfg)
         samples = make_samples(args.batch, args.seq, base.config.vocab_size, args.turns,
-                               args.trained_frac, shared=args.shared_prompt)
+                               args.trained_frac, shared=args.shared_prompt,
+                               group_size=args.group_size)
         samples = with_sampler_logprobs(model, samples, device)
         if name == "full_logits":
             step = FullLogitsStep(model, arm_cfg).step

@@ -5,8 +5,8 @@
 #   tests      the CUDA tests of the engine's fused decode path, its split-K attention, the
 #              fused sampler and the trainer's update (cuda-tests.log)
 #   trainer    the LoRA update at the 3B shape, 8 x 4096 (trainer-update.json + .log)
-#   update-rl  the update at the RL step's shape, 64 x 768 with a shared prompt, by micro-batch
-#              size, with kernel profiles (trainer-update-rl.json + .log)
+#   update-rl  the update at the RL step's shape, 64 x 768 in groups of 8 with a prompt each,
+#              6k vs 24k-token micro-batches, with kernel profiles (trainer-update-rl.json + .log)
 #   decode     the decode step: the CUDA default (all nine fusions, split-K attention, async
 #              scheduling) beside it without the fused sampler (sample) and without the KV
 #              write and chunk merge inside the attention kernel (attn), batch 64/256, with
@@ -73,18 +73,19 @@ if [[ " $PARTS " == *" trainer "* ]]; then
 fi
 
 if [[ " $PARTS " == *" update-rl "* ]]; then
-  # The update as the RL step runs it (64 rows of ~768 tokens, the first 448 shared, 30%
-  # sampled; no checkpointing, a shared-prefix pass per micro-batch of 6k tokens: the bench's
-  # own ours_shared_prefix arm) beside the same with Liger's kernels at 6k, 12k and 24k tokens
-  # a micro-batch, with the kernel profile of one step each.
-  say "LoRA update, the RL step's shape: 64 x 768, shared prompt"
-  lean=gradient_checkpointing=false,liger_kernels=true,shared_prefix=true
+  # The update as the RL step runs it (64 rows of ~768 tokens in 8 groups of 8, each group's
+  # first 448 tokens its own prompt, 30% sampled; no checkpointing, each group's prompt run
+  # once, micro-batches of 6k tokens, one group each: the bench's own ours_shared_prefix arm)
+  # beside 24k-token micro-batches (four groups each, each prompt still run once: a quarter
+  # of the launches) and both with Liger's kernels, with the kernel profile of one step each.
+  say "LoRA update, the RL step's shape: 64 x 768, a prompt per group of 8"
+  lean=gradient_checkpointing=false,shared_prefix=true
   timeout "${UPDATE_RL_TIMEOUT:-220}" python3 bench/bench_trainer.py --device cuda \
     --model-shape qwen2.5-3b --batch 64 --seq 768 --turns 1 --trained-frac 0.3 \
-    --shared-prompt 448 --micro-batch-tokens 6144 --steps 3 --no-builtin \
-    --arm "liger6k:$lean,micro_batch_tokens=6144" \
-    --arm "liger12k:$lean,micro_batch_tokens=12288" \
-    --arm "liger24k:$lean,micro_batch_tokens=24576" --kernel-profile \
+    --group-size 8 --micro-batch-tokens 6144 --steps 3 --no-builtin \
+    --arm "shared24k:$lean,micro_batch_tokens=24576" \
+    --arm "liger6k:$lean,liger_kernels=true,micro_batch_tokens=6144" \
+    --arm "liger24k:$lean,liger_kernels=true,micro_batch_tokens=24576" --kernel-profile \
     > "$OUT/trainer-update-rl.json" 2> "$OUT/trainer-update-rl.log"
   say "LoRA update (RL shape): exit $?"
 fi

@@ -12,6 +12,7 @@ from mcprl_trainer.config import LoraSettings, TrainConfig
 from mcprl_trainer.grpo import GRPOUpdater, TrainSample, pack_micro_batches
 from mcprl_trainer.modeling import (
     load_policy,
+    plan_shared_prefix,
     right_padded,
     selective_logprobs,
     shared_prefix_len,
@@ -34,6 +35,30 @@ def test_pack_micro_batches_respects_budget() -> None:
     for b in batches:
         assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 200
     assert [3] in batches  # longer than the budget: alone
+
+
+def test_pack_micro_batches_keeps_a_group_together() -> None:
+    """Rollouts of three groups, lengths interleaved across groups: by length alone the
+    micro-batches mix the groups; with group keys each holds whole groups, longest first."""
+
+    lengths = [90, 60, 100, 80, 95, 70, 62, 88, 61]
+    groups = ["a", "b", "c", "a", "c", "b", "a", "b", "c"]
+    by_length = pack_micro_batches(lengths, 300)
+    assert any(len({groups[i] for i in b}) > 1 for b in by_length)
+    batches = pack_micro_batches(lengths, 300, groups)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert [[groups[i] for i in b] for b in batches] == [["c"] * 3, ["a"] * 3, ["b"] * 3]
+    assert [lengths[i] for i in batches[0]] == [100, 95, 61]
+    for b in batches:
+        assert len(b) * max(lengths[i] for i in b) <= 300
+
+
+def test_a_groups_rollouts_share_a_prompt_key() -> None:
+    prompt = [5, 6, 7]
+    a, b = (TrainSample(prompt + c, [0, 0, 0] + [1] * len(c), [0.0] * (3 + len(c)), 1.0)
+            for c in ([1, 2], [3, 4, 9]))
+    other = TrainSample([5, 6, 8, 1], [0, 0, 0, 1], [0.0] * 4, 1.0)
+    assert a.prompt_key == b.prompt_key != other.prompt_key
 
 
 def test_token_logprobs_match_full_log_softmax(tiny_test_model) -> None:
@@ -128,6 +153,62 @@ def test_shared_prefix_gives_the_same_logprobs_and_gradients(tiny_test_model) ->
     assert grads[0][1].abs().sum() > 0
     one_row = shared_prefix_len(ids[:1], attn[:1], mask[:1])
     assert one_row == 0  # nothing to share
+
+
+def _logprobs_and_lora_grads(path, ids, attn, mask, shared: bool):
+    model = _policy(path, seed=5)
+    torch.nn.init.normal_(next(p for n, p in model.named_parameters() if "lora_B" in n))
+    lp = token_logprobs(model, ids, attn, mask, shared_prefix=shared)
+    (lp * torch.linspace(0.5, 1.5, lp.numel()).view_as(lp)).sum().backward()
+    return lp.detach(), torch.cat([p.grad.flatten() for n, p in model.named_parameters()
+                                   if p.grad is not None])
+
+
+def test_several_groups_in_a_micro_batch_each_run_their_prompt_once(tiny_test_model) -> None:
+    """Three GRPO groups of two rollouts, each group its own 30-token prompt after a common
+    6-token system start, rows out of group order: each prompt runs once (three rows of
+    prefix, gathered per row) and the log-probs and LoRA gradients are the full pass's."""
+
+    gen = torch.Generator().manual_seed(7)
+    system = torch.randint(0, 1000, (6,), generator=gen)
+    prompts = [torch.cat([system, torch.randint(0, 1000, (24,), generator=gen)])
+               for _ in range(3)]
+    group = [0, 1, 2, 0, 2, 1]
+    ids = torch.stack([torch.cat([prompts[g], torch.randint(0, 1000, (14,), generator=gen)])
+                       for g in group])
+    attn = torch.ones(6, 44, dtype=torch.long)
+    attn[4, 40:] = 0
+    mask = torch.zeros(6, 44, dtype=torch.bool)
+    mask[:, 31:40] = True
+    mask[[0, 2, 5], 40:] = True
+    plan = plan_shared_prefix(ids, attn, mask)
+    assert plan is not None and plan.length == 30 and len(plan.firsts) == 3
+    assert len(set(zip(group, plan.row_class.tolist(), strict=True))) == 3  # class = group
+    assert plan.saved_tokens == 30 * 3  # against the common start's 6 x 5
+    assert torch.equal(ids[plan.firsts[plan.row_class], :30], ids[:, :30])
+    full, shared = (_logprobs_and_lora_grads(tiny_test_model, ids, attn, mask, on)
+                    for on in (False, True))
+    assert torch.allclose(full[0], shared[0], atol=1e-5)
+    assert torch.allclose(full[1], shared[1], atol=1e-5)
+    assert full[1].abs().sum() > 0
+
+
+def test_the_start_all_rows_share_wins_when_groups_save_less() -> None:
+    """Six distinct rows after a 20-token common start: no two rows share more, so the
+    common start is the plan (one class); with no common start and no repeats, none."""
+
+    gen = torch.Generator().manual_seed(8)
+    common = torch.randint(0, 1000, (20,), generator=gen)
+    ids = torch.cat([common.expand(6, 20), torch.randint(0, 1000, (6, 20), generator=gen)], 1)
+    attn = torch.ones(6, 40, dtype=torch.long)
+    mask = torch.zeros(6, 40, dtype=torch.bool)
+    mask[:, 35:] = True
+    plan = plan_shared_prefix(ids, attn, mask)
+    assert plan is not None and plan.length == 20 and plan.firsts.tolist() == [0]
+    assert plan.row_class.tolist() == [0] * 6
+    assert plan_shared_prefix(ids[:, 20:], attn[:, 20:], mask[:, 20:]) is None
+    mask[:, 1] = True  # a target at position 1: nothing before it can be shared
+    assert plan_shared_prefix(ids, attn, mask) is None
 
 
 def test_shared_prefix_refuses_gradient_checkpointing() -> None:

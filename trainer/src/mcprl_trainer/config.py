@@ -226,8 +226,9 @@ class TrainConfig(_Section):
     gradient_checkpointing: bool = Field(False, description="Recompute activations (GPU memory).")
     shared_prefix: bool = Field(
         False, description="Run the start all rows of a micro-batch share (system prompt, "
-        "tools) once and the rest from its KV cache: same loss and gradients, less work when "
-        "the prompt is long next to the turns (small models on CPU). Not with "
+        "tools), or each group's prompt where it holds several groups, once and the rest "
+        "from its KV cache (the packer keeps a group's rollouts together): same loss and "
+        "gradients, less work when the prompt is long next to the turns. Not with "
         "gradient_checkpointing (a recomputed pass would append to the cache twice)."
     )
     lean_lora: bool = Field(

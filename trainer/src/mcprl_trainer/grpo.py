@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,15 +38,34 @@ class TrainSample:
     def num_trained(self) -> int:
         return sum(self.mask)
 
+    @property
+    def prompt_key(self) -> int:
+        """A key of the tokens before the first trained one: equal for a group's rollouts."""
 
-def pack_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+        start = self.mask.index(1) if 1 in self.mask else len(self.mask)
+        return hash(tuple(self.input_ids[:start]))
+
+
+def pack_micro_batches(lengths: Sequence[int], token_budget: int,
+                       groups: Sequence[Hashable] | None = None) -> list[list[int]]:
     """Group sample indices so that ``rows * longest_row <= token_budget`` (padded tokens).
 
     Longest first, so similar lengths share a batch and padding stays small; a sample longer
-    than the budget gets a batch of its own.
+    than the budget gets a batch of its own. With ``groups`` (a key per sample, e.g. its
+    prompt), the rows of a group stay next to each other (groups by their longest row), so
+    a micro-batch holds whole groups and runs each group's prompt once (``shared_prefix``).
     """
 
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if groups is None:
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    else:
+        longest: dict[Hashable, int] = {}
+        first: dict[Hashable, int] = {}
+        for i, key in enumerate(groups):
+            longest[key] = max(longest.get(key, 0), lengths[i])
+            first.setdefault(key, i)
+        order = sorted(range(len(lengths)), key=lambda i: (
+            -longest[groups[i]], first[groups[i]], -lengths[i]))
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0
@@ -179,7 +198,9 @@ class GRPOUpdater:
             seq_normalizer=float(max(len(samples), 1)),
         )
         lengths = [len(s.input_ids) for s in samples]
-        batches = pack_micro_batches(lengths, cfg.micro_batch_tokens) if samples else []
+        # with a shared prefix, a group's rollouts (the same prompt) share micro-batches
+        groups = [s.prompt_key for s in samples] if self.shared_prefix else None
+        batches = pack_micro_batches(lengths, cfg.micro_batch_tokens, groups) if samples else []
         shares = assign_micro_batches(batches, lengths, self.world_size)
         return StepPlan(samples, settings, shares, total_tokens)
 

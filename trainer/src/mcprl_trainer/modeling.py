@@ -5,9 +5,10 @@ forward pass projects just those hidden states onto the vocabulary (``logits_to_
 with Qwen's 152k-wide vocabulary the full logits would dominate training memory.
 
 Rollouts of one micro-batch share their start (system prompt, tool schemas, and within a
-group the task): with ``shared_prefix`` that span runs once and every row continues from its
-KV cache, repeated per row. The cache stays in the autograd graph, so log-probs and
-gradients are those of the full pass; the work on the shared span is paid once, not per row.
+group the task): with ``shared_prefix`` that span runs once (once per group where the
+micro-batch holds several) and every row continues from its KV cache, gathered per row.
+The cache stays in the autograd graph, so log-probs and gradients are those of the full
+pass; the work on the shared span is paid once, not per row.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -220,22 +222,63 @@ def selective_logprobs(logits: torch.Tensor, targets: torch.Tensor,
     return _SelectiveLogprobs.apply(logits, targets, chunk)
 
 
-def shared_prefix_len(input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      target_mask: torch.Tensor) -> int:
-    """Tokens all rows share at the start, ending before the first position whose logits
-    any row needs (a target at t needs the logits at t - 1); 0 for a single row."""
+@dataclass(frozen=True)
+class SharedPrefix:
+    """How a micro-batch's rows share their start: the first ``length`` tokens of row ``r``
+    are those of row ``firsts[row_class[r]]``; each class's start runs once."""
+
+    length: int
+    firsts: torch.Tensor  # [C] a row of each class
+    row_class: torch.Tensor  # [R] each row's class
+
+    @property
+    def saved_tokens(self) -> int:
+        return self.length * (len(self.row_class) - len(self.firsts))
+
+
+def plan_shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       target_mask: torch.Tensor) -> SharedPrefix | None:
+    """The start rows share that saves the most tokens, or None when none is shared.
+
+    A start ends before the first position whose logits any row needs (a target at t needs
+    the logits at t - 1) and inside every row. Two candidates: the start all rows share
+    (a system prompt and tool schemas), one class; or the longest start allowed, with
+    the rows split into classes of identical starts (the rollouts of each task, a GRPO
+    group: several groups in one micro-batch each run their prompt once).
+    """
 
     rows = input_ids.shape[0]
     if rows < 2:
-        return 0
+        return None
     limit = int(attention_mask.sum(dim=1).min()) - 1
-    differs = (input_ids[:, :limit] != input_ids[:1, :limit]).any(dim=0).nonzero()
-    if differs.numel():
-        limit = int(differs[0, 0])
     targets = target_mask.any(dim=0).nonzero()
     if targets.numel():
         limit = min(limit, int(targets[0, 0]) - 1)
-    return max(0, limit)
+    if limit <= 0:
+        return None
+    start = input_ids[:, :limit]
+    differs = (start != start[:1]).any(dim=0).nonzero()
+    common = int(differs[0, 0]) if differs.numel() else limit
+    _, row_class = torch.unique(start, dim=0, return_inverse=True)
+    classes = int(row_class.max()) + 1
+    if limit * (rows - classes) > common * (rows - 1):
+        firsts = torch.full((classes,), rows, dtype=torch.long, device=input_ids.device)
+        firsts.scatter_reduce_(0, row_class, torch.arange(rows, device=input_ids.device),
+                               "amin")
+        return SharedPrefix(limit, firsts, row_class)
+    if common == 0:
+        return None
+    zeros = torch.zeros(rows, dtype=torch.long, device=input_ids.device)
+    return SharedPrefix(common, zeros[:1], zeros)
+
+
+def shared_prefix_len(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      target_mask: torch.Tensor) -> int:
+    """Tokens of its start each row shares with others (:func:`plan_shared_prefix`); 0 if
+    none."""
+
+    plan = plan_shared_prefix(input_ids, attention_mask, target_mask)
+    return plan.length if plan else 0
 
 
 def right_padded(attention_mask: torch.Tensor) -> bool:
@@ -248,12 +291,17 @@ def right_padded(attention_mask: torch.Tensor) -> bool:
     return bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
 
 
-def prefix_cache(model, prefix: torch.Tensor, rows: int):
-    """The KV cache of ``prefix`` computed once and repeated for ``rows`` sequences; it stays
-    in the autograd graph, so every row's loss reaches the prefix pass (exact gradients)."""
+def prefix_cache(model, input_ids: torch.Tensor, plan: SharedPrefix):
+    """The KV cache of each class's start, computed once (one row a class) and gathered for
+    every row; it stays in the autograd graph, so every row's loss reaches the prefix pass
+    (exact gradients)."""
 
-    cache = model(input_ids=prefix[None], use_cache=True).past_key_values
-    cache.batch_repeat_interleave(rows)
+    starts = input_ids[plan.firsts, :plan.length]
+    cache = model(input_ids=starts, use_cache=True).past_key_values
+    if len(plan.firsts) == 1:
+        cache.batch_repeat_interleave(len(plan.row_class))
+    else:
+        cache.batch_select_indices(plan.row_class)
     return cache
 
 
@@ -280,11 +328,12 @@ def token_logprobs(
         return out
     keep = torch.zeros_like(target_mask)
     keep[:, :-1] = target_mask[:, 1:]
-    start = shared_prefix_len(input_ids, attention_mask, target_mask) if shared_prefix else 0
+    plan = plan_shared_prefix(input_ids, attention_mask, target_mask) if shared_prefix else None
     if right_padded(attention_mask):
         attention_mask = None  # causal attention alone keeps real tokens off the padding
-    if start:
-        cache = prefix_cache(model, input_ids[0, :start], input_ids.shape[0])
+    if plan is not None:
+        start = plan.length
+        cache = prefix_cache(model, input_ids, plan)
         outputs = model(input_ids=input_ids[:, start:], attention_mask=attention_mask,
                         logits_to_keep=keep[:, start:], past_key_values=cache, use_cache=True)
     else:
