@@ -134,6 +134,17 @@ def fused_vs_torch(device, vocab, rows, steps):
             if bool(same.any()):  # a row whose token differs has that token's log-prob
                 error = max(error, (w - g)[same.cpu()].abs().max().item())
         out[name] = {"differ": differ, "draws": rows * steps, "error": error}
+    # the first pass a program a row (the whole row read by one program) against the chunks
+    from mcprl_inference.engine import sampling_kernel
+    from mcprl_inference.engine.sampling import device_uniform
+    logits = (torch.randn(rows, vocab, generator=gen) * 4).to(device)
+    temperature = torch.tensor([0.6, 1.0] * (rows // 2), device=device)
+    greedy = torch.zeros(rows, dtype=torch.bool, device=device)
+    u = device_uniform(torch.arange(rows, device=device), torch.zeros_like(greedy).long())
+    one, split = (sampling_kernel.sample_rows(logits, temperature, greedy, u, top1=True,
+                                              unit_temperature=False, chunks=c) for c in (1, 32))
+    out["a program a row"] = {"differ": int((one[0] != split[0]).sum()), "draws": rows,
+                              "error": (one[1] - split[1]).abs().max().item()}
     logits = torch.randn(rows, vocab, generator=gen).to(device)
     at = torch.zeros(rows, dtype=torch.long, device=device)
     for name, p in {"top_p": SamplingParams(top_p=0.9), "top-2": SamplingParams(logprobs=2),
@@ -149,7 +160,7 @@ def fused_vs_torch(device, vocab, rows, steps):
 
 
 def _check_fused(result: dict) -> None:
-    assert len(result) == 6, result
+    assert len(result) == 7, result
     for case, got in result.items():
         if case.startswith("fallback"):
             assert got is True, case

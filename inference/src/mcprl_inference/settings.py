@@ -93,7 +93,7 @@ class InferenceSettings(ServiceSettings):
                                           "rotary inside that write and the attention), attn "
                                           "(the split-K attention writes the K/V and merges "
                                           "its chunks itself: one kernel a layer) and sample "
-                                          "(the common sampling case in one Triton kernel), "
+                                          "(the common sampling case in two Triton kernels), "
                                           "all but norm in decode steps only; e.g. norm+proj.")
     enable_prefix_caching: bool = Field(
         True, description="Reuse the KV of earlier sequences for prompts that start with the "

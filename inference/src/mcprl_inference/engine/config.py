@@ -61,7 +61,7 @@ class EngineConfig:
     split-K attention, no kernel of its own), ``attn`` (the split-K attention writes the K
     and V itself and merges its own chunks: one kernel a layer instead of three), ``sample``
     (the sampler's common case, no penalty, mask or filter and at most the top-1 log-prob,
-    in one Triton kernel); ``auto``: all of them on CUDA (``kv``, ``rope`` and ``attn`` where
+    in two Triton kernels); ``auto``: all of them on CUDA (``kv``, ``rope`` and ``attn`` where
     the decode attention is the split-K one), ``none`` on CPU. On an H100 (2026-12-06, batch
     64) ``norm+rotary+proj`` made a decode step 17% shorter than ``norm`` (6.21 against
     7.44 ms; the compiled rotary runs in decode steps only, where it was faster) and passed

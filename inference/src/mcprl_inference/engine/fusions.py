@@ -20,8 +20,8 @@ batch 64 took 3.96 ms against 4.23 on an H200). With ``attn`` and the split-K at
 layer's decode attention is one kernel, not three: it writes the step's new keys and values
 itself (in place of ``kv``'s kernel) and the last program of each row and KV head merges
 the chunks (in place of the merge kernel). With ``sample``, the sampler's common case (no
-penalty, grammar mask or filter, at most the top-1 log-prob) is one Triton kernel after the
-step instead of about a dozen (:mod:`.sampling_kernel`). The model runner turns
+penalty, grammar mask or filter, at most the top-1 log-prob) is two Triton kernels after
+the step instead of about a dozen (:mod:`.sampling_kernel`). The model runner turns
 all but ``norm`` on in decode steps only: prefills are bound by compute, not by kernel
 count, and the compiled rotary was slower there. Outside the engine (training, plain
 ``generate``) the model behaves exactly as before.

@@ -200,8 +200,8 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, steps: torch.Tensor,
 
     ``allowed`` (bool ``[R, V]``) masks the rows ``allowed_rows`` (grammar); ``counts`` and
     ``prompt_mask`` (``[B, V]``) feed the penalties when any row has them. ``fused``: where
-    no row needs a penalty, a mask, a filter or more than the top-1 log-prob, one Triton
-    kernel does it all (:mod:`.sampling_kernel`, ``fuse`` kind ``sample``; the caller says
+    no row needs a penalty, a mask, a filter or more than the top-1 log-prob, two Triton
+    kernels do it all (:mod:`.sampling_kernel`, ``fuse`` kind ``sample``; the caller says
     it can run on this device).
     """
 
