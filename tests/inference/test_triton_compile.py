@@ -85,10 +85,10 @@ def test_every_engine_kernel_compiles_for_the_gpu_without_spills(arch: int) -> N
     by_kernel: dict[str, list[dict]] = {}
     for launch in launches:
         by_kernel.setdefault(launch["kernel"], []).append(launch)
-    assert set(by_kernel) == {"_sample_kernel", "_kv_write_kernel", "_attention_chunk_kernel",
-                              "_attention_merge_kernel"}
-    # 2 shapes x (4 sampler variants, 2 KV writes, 4 + 1 attentions, 3 separate merges)
-    assert len(launches) == 2 * (4 + 2 + 5 + 3)
+    assert set(by_kernel) == {"_chunk_kernel", "_draw_kernel", "_kv_write_kernel",
+                              "_attention_chunk_kernel", "_attention_merge_kernel"}
+    # 2 shapes x (4 sampler variants of 2 kernels, 2 KV writes, 4 + 1 attentions, 3 merges)
+    assert len(launches) == 2 * (8 + 2 + 5 + 3)
     bad = [(launch["kernel"], launch["constexprs"], launch["problems"])
            for launch in launches if launch["problems"]]
     assert not bad, bad
@@ -101,5 +101,8 @@ def test_every_engine_kernel_compiles_for_the_gpu_without_spills(arch: int) -> N
               for launch in by_kernel["_attention_chunk_kernel"]}
     assert chunks == {(2, 5), (3, 3)}
     sampler = {(launch["constexprs"]["UNIT_T"], launch["constexprs"]["TOP1"])
-               for launch in by_kernel["_sample_kernel"]}
+               for launch in by_kernel["_draw_kernel"]}
     assert len(sampler) == 4
+    # the sampler's first pass: a program per (row, chunk of whole blocks of the vocabulary)
+    chunked = {tuple(launch["grid"][:2]) for launch in by_kernel["_chunk_kernel"]}
+    assert chunked == {(64, 30), (64, 24)}
