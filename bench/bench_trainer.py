@@ -98,10 +98,11 @@ def make_samples(n: int, seq: int, vocab: int, turns: int, trained_frac: float,
     for i in range(n):
         length = int(seq * rng.uniform(0.9, 1.0))
         sampled_total = int(length * trained_frac)
-        prompt = length - sampled_total - (turns - 1) * max(1, length // (8 * turns))
+        tool_len = max(1, length // (8 * turns))  # each tool segment between turns
+        tools = (turns - 1) * tool_len
+        prompt = length - sampled_total - tools
         if shared > prompt:
             raise SystemExit(f"--shared-prompt {shared} is longer than the prompt ({prompt})")
-        tools = (turns - 1) * max(1, length // (8 * turns))
         if group_size and i % group_size:  # the group's prompt, the rest its own
             prompt = min(len(head), length - tools - turns)
             sampled_total = length - prompt - tools
@@ -114,7 +115,7 @@ def make_samples(n: int, seq: int, vocab: int, turns: int, trained_frac: float,
         for _ in range(turns):
             for j in range(pos, min(pos + per_turn, length)):
                 mask[j] = 1
-            pos += per_turn + max(1, length // (8 * turns))
+            pos += per_turn + tool_len
         out.append(TrainSample(ids, mask, [0.0] * length, 1.0 if i % 2 else -1.0))
     return out
 
